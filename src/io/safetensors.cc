@@ -109,6 +109,16 @@ Result<std::vector<TensorView>> parse_safetensors(const uint8_t* bytes, size_t s
     v.num_bytes = static_cast<size_t>(en - b);
     out.push_back(std::move(v));
   }
+  // Byte ranges must not overlap (the format lays tensors out back to back).
+  std::vector<const TensorView*> by_offset;
+  for (const auto& v : out) by_offset.push_back(&v);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorView* a, const TensorView* b) { return a->data < b->data; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorView* prev = by_offset[i - 1];
+    if (by_offset[i]->num_bytes > 0 && prev->data + prev->num_bytes > by_offset[i]->data)
+      return Status::corrupt(file + ": tensor '" + by_offset[i]->name + "': data_offsets overlap those of tensor '" +
+                             prev->name + "'");
+  }
   return out;
 }
 

@@ -1,0 +1,207 @@
+// The `deepinfer` command line: outputs of `logits` and `generate`, and bad input, each a clear
+// error and a non-zero exit (never a crash).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/model.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fixture;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+};
+
+RunResult run_cli(const std::string& args) {
+  RunResult r;
+  const std::string cmd = std::string(DEEPINFER_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("deepinfer_cli_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A copy of v4-tiny-a (config + weights) that a test may break.
+  std::string copy_tiny(const std::string& name) {
+    const fs::path d = dir_ / name;
+    fs::create_directories(d);
+    fs::copy_file(fixture("v4-tiny-a/config.json"), d / "config.json");
+    fs::copy_file(fixture("v4-tiny-a/model.safetensors"), d / "model.safetensors");
+    return d.string();
+  }
+  std::string out_file() const { return (dir_ / "out.bin").string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, LogitsWritesEveryRowAndPrintsShape) {
+  const RunResult r = run_cli("logits --model " + fixture("v4-tiny-a") + " --ids 5,17,42 --chunk 2 --out " + out_file());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "3 512\n");
+  ASSERT_EQ(fs::file_size(out_file()), 3u * 512u * 4u);
+  // Same numbers as the library.
+  auto m = Model::load(fixture("v4-tiny-a"));
+  ASSERT_TRUE(m.is_ok());
+  auto s = (*m)->new_session();
+  std::vector<float> want;
+  ASSERT_TRUE((*m)->forward(*s, std::vector<int32_t>{5, 17, 42}, &want).is_ok());
+  std::vector<float> got(want.size());
+  std::ifstream f(out_file(), std::ios::binary);
+  f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
+  EXPECT_TRUE(got == want);
+}
+
+TEST_F(CliTest, GenerateMatchesOracleGreedy) {
+  testing::Reference ref;
+  ASSERT_TRUE(testing::load_reference(fixture("v4-tiny-a/reference.safetensors"), &ref));
+  const auto& p = ref.prompts[0];  // margin 0.055: far above the tolerance
+  std::string ids;
+  for (size_t i = 0; i < p.input_ids.size(); ++i) ids += (i ? "," : "") + std::to_string(p.input_ids[i]);
+  const RunResult r = run_cli("generate --model " + fixture("v4-tiny-a") + " --prompt-ids " + ids + " --max-tokens " +
+                              std::to_string(p.greedy.size()) + " --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), p.greedy);
+}
+
+TEST_F(CliTest, DefaultModelRunsAndSaysSo) {
+  const RunResult r = run_cli("generate --prompt-ids 5,17,42 --max-tokens 4 --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("embedded default model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("random weights"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("{\"token_ids\": ["), std::string::npos) << r.output;
+}
+
+void expect_error(const RunResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.exit_code, 128) << "crashed: " << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.output;
+}
+
+TEST_F(CliTest, TruncatedCheckpoint) {
+  const std::string d = copy_tiny("trunc");
+  fs::resize_file(d + "/model.safetensors", fs::file_size(d + "/model.safetensors") / 2);
+  expect_error(run_cli("logits --model " + d + " --ids 1,2 --out " + out_file()), "past the end");
+}
+
+TEST_F(CliTest, GarbledHeader) {
+  const std::string d = copy_tiny("garbled");
+  std::fstream f(d + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(8);
+  f.write("{{{{not json", 12);
+  f.close();
+  expect_error(run_cli("logits --model " + d + " --ids 1,2 --out " + out_file()), "not valid JSON");
+}
+
+TEST_F(CliTest, OffsetsPastTheEnd) {
+  const std::string d = copy_tiny("offsets");
+  auto t = testing::read_raw(d + "/model.safetensors");
+  testing::write_raw(d + "/model.safetensors", t);
+  // Re-write the header so the last tensor claims bytes beyond the file.
+  std::ifstream in(d + "/model.safetensors", std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
+  auto& e = header["head.weight"];
+  const uint64_t b = bytes.size() + 1000;  // beyond the end of the file
+  e["data_offsets"] = {b, b + 512 * 64 * 4};
+  const std::string h = header.dump();
+  std::ofstream out(d + "/model.safetensors", std::ios::binary);
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((h.size() >> (8 * i)) & 0xff));
+  out << h;
+  out.write(bytes.data() + 8 + n, static_cast<std::streamsize>(bytes.size() - 8 - n));
+  out.close();
+  expect_error(run_cli("logits --model " + d + " --ids 1,2 --out " + out_file()), "'head.weight': data_offsets");
+}
+
+TEST_F(CliTest, UnknownDtype) {
+  const std::string d = copy_tiny("dtype");
+  auto t = testing::read_raw(d + "/model.safetensors");
+  t["model.norm.weight"].dtype = "F7";
+  testing::write_raw(d + "/model.safetensors", t);
+  expect_error(run_cli("logits --model " + d + " --ids 1,2 --out " + out_file()), "unknown dtype 'F7'");
+}
+
+TEST_F(CliTest, MissingTensor) {
+  const std::string d = copy_tiny("missing");
+  auto t = testing::read_raw(d + "/model.safetensors");
+  t.erase("model.layers.2.attn.indexer.wq_b.weight");
+  testing::write_raw(d + "/model.safetensors", t);
+  expect_error(run_cli("logits --model " + d + " --ids 1,2 --out " + out_file()),
+               "missing tensor 'model.layers.2.attn.indexer.wq_b.weight'");
+}
+
+TEST_F(CliTest, WrongShape) {
+  const std::string d = copy_tiny("shape");
+  auto t = testing::read_raw(d + "/model.safetensors");
+  auto& w = t["model.layers.1.attn.wkv.weight"];
+  w.shape = {32, 64};
+  w.bytes.resize(32 * 64 * 4);
+  testing::write_raw(d + "/model.safetensors", t);
+  expect_error(run_cli("logits --model " + d + " --ids 1,2 --out " + out_file()),
+               "'model.layers.1.attn.wkv.weight': expected shape [64, 64], found [32, 64]");
+}
+
+TEST_F(CliTest, ConfigMissingKey) {
+  const std::string d = copy_tiny("nokey");
+  std::ifstream in(d + "/config.json");
+  auto j = nlohmann::json::parse(in);
+  in.close();
+  j.erase("hidden_size");
+  std::ofstream(d + "/config.json") << j.dump();
+  expect_error(run_cli("logits --model " + d + " --ids 1,2 --out " + out_file()), "missing required key 'hidden_size'");
+}
+
+TEST_F(CliTest, ConfigUnknownLayerType) {
+  const std::string d = copy_tiny("layertype");
+  std::ifstream in(d + "/config.json");
+  auto j = nlohmann::json::parse(in);
+  in.close();
+  j["layer_types"][3] = "full_attention";
+  std::ofstream(d + "/config.json") << j.dump();
+  expect_error(run_cli("logits --model " + d + " --ids 1,2 --out " + out_file()),
+               "layer_types[3] is an unknown layer type 'full_attention'");
+}
+
+TEST_F(CliTest, IdsOutsideVocabulary) {
+  expect_error(run_cli("logits --model " + fixture("v4-tiny-a") + " --ids 5,512 --out " + out_file()),
+               "token id 512 at index 1 is outside the vocabulary [0, 512)");
+  expect_error(run_cli("generate --model " + fixture("v4-tiny-a") + " --prompt-ids 5,999999 --max-tokens 2"),
+               "outside the vocabulary");
+  expect_error(run_cli("logits --model " + fixture("v4-tiny-a") + " --ids 5,-3 --out " + out_file()),
+               "'-3' is not a non-negative token id");
+}
+
+TEST_F(CliTest, MissingModelDirectory) {
+  expect_error(run_cli("logits --model " + (dir_ / "nope").string() + " --ids 1 --out " + out_file()), "nope");
+}
+
+}  // namespace
+}  // namespace deepinfer

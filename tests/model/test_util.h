@@ -1,0 +1,102 @@
+// Helpers shared by the model tests: fixture paths, reference tensors, safetensors writing.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/dtype.h"
+#include "io/safetensors.h"
+
+namespace deepinfer::testing {
+
+inline std::string fixture(const std::string& name) { return std::string(DEEPINFER_FIXTURES_DIR) + "/" + name; }
+inline std::string test_data(const std::string& name) { return std::string(DEEPINFER_TEST_DATA_DIR) + "/" + name; }
+
+// Reference tensors of an oracle folder: p{i}.input_ids, p{i}.greedy_tokens, p{i}.logits.
+struct Reference {
+  struct Prompt {
+    std::vector<int32_t> input_ids;
+    std::vector<int32_t> greedy;
+    std::vector<float> logits;  // [T + N - 1, V]
+    int64_t vocab = 0;
+  };
+  std::vector<Prompt> prompts;
+};
+
+inline std::vector<float> to_floats(const io::TensorView& t) {
+  std::vector<float> out(static_cast<size_t>(t.num_elements()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t.dtype == io::DType::kF32) std::memcpy(&out[i], t.data + 4 * i, 4);
+    else if (t.dtype == io::DType::kBF16) out[i] = io::bf16_to_f32(static_cast<uint16_t>(t.data[2 * i] | (t.data[2 * i + 1] << 8)));
+  }
+  return out;
+}
+
+inline std::vector<int32_t> to_ids(const io::TensorView& t) {
+  std::vector<int32_t> out(static_cast<size_t>(t.num_elements()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t v;
+    std::memcpy(&v, t.data + 8 * i, 8);
+    out[i] = static_cast<int32_t>(v);
+  }
+  return out;
+}
+
+// Loads `file` (a reference.safetensors). Returns false if it is absent.
+inline bool load_reference(const std::string& file, Reference* ref) {
+  if (!std::filesystem::exists(file)) return false;
+  auto set = io::SafetensorsSet::open_files({file});
+  if (!set.is_ok()) return false;
+  for (int i = 0;; ++i) {
+    const std::string p = "p" + std::to_string(i) + ".";
+    const auto* ids = set->find(p + "input_ids");
+    if (!ids) break;
+    Reference::Prompt pr;
+    pr.input_ids = to_ids(*ids);
+    pr.greedy = to_ids(*set->find(p + "greedy_tokens"));
+    const auto* lg = set->find(p + "logits");
+    pr.logits = to_floats(*lg);
+    pr.vocab = lg->shape[1];
+    ref->prompts.push_back(std::move(pr));
+  }
+  return !ref->prompts.empty();
+}
+
+// A safetensors file being assembled in memory (for writing broken checkpoints in tests).
+struct RawTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+inline std::map<std::string, RawTensor> read_raw(const std::string& file) {
+  std::map<std::string, RawTensor> out;
+  auto set = io::SafetensorsSet::open_files({file});
+  if (!set.is_ok()) return out;
+  for (const auto& [name, v] : set->tensors())
+    out[name] = RawTensor{io::dtype_name(v.dtype), v.shape, std::vector<uint8_t>(v.data, v.data + v.num_bytes)};
+  return out;
+}
+
+inline void write_raw(const std::string& file, const std::map<std::string, RawTensor>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  size_t off = 0;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes.size()}}};
+    off += t.bytes.size();
+  }
+  const std::string h = header.dump();
+  std::ofstream f(file, std::ios::binary);
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& [name, t] : tensors) f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+}
+
+}  // namespace deepinfer::testing
