@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "model/topk.h"
 
 namespace deepinfer::model {
 
@@ -205,15 +206,9 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, LayerState& S, cons
     backend_.indexer_scores(qi.data(), wts.data(), T, nI, ih, S.index_keys.data(), nvis.data(),
                             1.0f / std::sqrt(static_cast<float>(ih)), score.data(), std::max(total, 1));
     for (int t = 0; t < T; ++t) {
-      const int k = std::min(c.index_topk, nvis[t]);
-      std::vector<int> idx(nvis[t]);
-      std::iota(idx.begin(), idx.end(), 0);
       const float* sc = &score[static_cast<size_t>(t) * std::max(total, 1)];
-      // Deterministic ties: higher score first, then lower row index.
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                        [&](int a, int b) { return sc[a] > sc[b] || (sc[a] == sc[b] && a < b); });
-      idx.resize(k);
-      std::sort(idx.begin(), idx.end());
+      std::vector<int> idx = topk_indices(sc, nvis[t], c.index_topk);
+      std::sort(idx.begin(), idx.end());  // attend in row order: a fixed summation order
       selected[t] = std::move(idx);
     }
   }
@@ -286,7 +281,7 @@ void DeepSeekV4::moe(const LayerWeights& L, int layer, const float* x, int T, st
   // Router scores (§4.8), then per-token selection: hash table or top-k of score + bias.
   std::vector<int> sel(static_cast<size_t>(T) * K);
   std::vector<float> wsel(static_cast<size_t>(T) * K);
-  std::vector<int> order(E);
+  std::vector<float> biased(E);
   for (int t = 0; t < T; ++t) {
     float* s = &logits[static_cast<size_t>(t) * E];
     switch (c.scoring_func) {
@@ -308,13 +303,9 @@ void DeepSeekV4::moe(const LayerWeights& L, int layer, const float* x, int T, st
     if (c.hash_moe[layer]) {
       for (int k = 0; k < K; ++k) idx[k] = L.tid2eid[static_cast<size_t>(tokens[t]) * K + k];
     } else {
-      std::iota(order.begin(), order.end(), 0);
-      auto biased = [&](int e) { return s[e] + L.gate_bias[e]; };
-      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
-        const float va = biased(a), vb = biased(b);
-        return va > vb || (va == vb && a < b);
-      });
-      for (int k = 0; k < K; ++k) idx[k] = order[k];
+      for (int e = 0; e < E; ++e) biased[e] = s[e] + L.gate_bias[e];  // bias steers selection only
+      const std::vector<int> top = topk_indices(biased.data(), E, K);
+      for (int k = 0; k < K; ++k) idx[k] = top[k];
     }
     float sum = 0.0f;
     for (int k = 0; k < K; ++k) sum += s[idx[k]];

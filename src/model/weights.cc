@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <regex>
 
 #include "io/dtype.h"
 
@@ -13,18 +12,47 @@ using io::TensorView;
 
 namespace {
 
-// Official-release name -> name in each other layout. First matching rule wins.
+// Official-release name -> name in transformers' saved layout. Rules are tried in order; the
+// first whose pattern matches rewrites the name. In a pattern, "#" matches a run of digits.
 struct NameRule {
-  const char* official;     // regex over the official name
-  const char* transformers; // replacement in transformers' saved layout
+  const char* official;     // pattern over the official name
+  const char* transformers; // replacement; "#" is replaced by the matched digits
 };
 constexpr NameRule kNameRules[] = {
-    {R"(^embed\.weight$)", "model.embed_tokens.weight"},
-    {R"(^hc_head_(fn|base|scale)$)", "model.hc_head.hc_$1"},
-    {R"(^head\.weight$)", "head.weight"},
-    {R"(^layers\.(\d+)\.attn\.kv_norm\.weight$)", "model.layers.$1.attn.norm.weight"},
-    {R"(^(.*)$)", "model.$1"},
+    {"embed.weight", "model.embed_tokens.weight"},
+    {"hc_head_fn", "model.hc_head.hc_fn"},
+    {"hc_head_base", "model.hc_head.hc_base"},
+    {"hc_head_scale", "model.hc_head.hc_scale"},
+    {"head.weight", "head.weight"},
+    {"layers.#.attn.kv_norm.weight", "model.layers.#.attn.norm.weight"},
 };
+constexpr const char* kTransformersPrefix = "model.";  // every other name
+
+// Matches `name` against `pattern`; on success stores the digits matched by '#'.
+bool match_rule(const std::string& name, const char* pattern, std::string* digits) {
+  size_t i = 0;
+  for (const char* p = pattern; *p; ++p) {
+    if (*p == '#') {
+      const size_t start = i;
+      while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+      if (i == start) return false;
+      *digits = name.substr(start, i - start);
+    } else {
+      if (i >= name.size() || name[i] != *p) return false;
+      ++i;
+    }
+  }
+  return i == name.size();
+}
+
+// Layer index of "layers.<n>." (after `prefix`), or -1.
+long long layer_index(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix + "layers.", 0) != 0) return -1;
+  size_t i = prefix.size() + 7, start = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9' && i - start < 9) ++i;
+  if (i == start || i >= name.size() || name[i] != '.') return -1;
+  return std::stoll(name.substr(start, i - start));
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -38,14 +66,14 @@ class Binder {
 
   std::string stored_name(const std::string& official) const {
     if (official_) return official;
-    static const std::vector<std::pair<std::regex, std::string>> rules = [] {
-      std::vector<std::pair<std::regex, std::string>> r;
-      for (const auto& rule : kNameRules) r.emplace_back(std::regex(rule.official), rule.transformers);
-      return r;
-    }();
-    for (const auto& [re, replacement] : rules)
-      if (std::regex_match(official, re)) return std::regex_replace(official, re, replacement);
-    return official;
+    std::string digits;
+    for (const auto& rule : kNameRules) {
+      if (!match_rule(official, rule.official, &digits)) continue;
+      std::string out = rule.transformers;
+      if (const size_t h = out.find('#'); h != std::string::npos) out.replace(h, 1, digits);
+      return out;
+    }
+    return kTransformersPrefix + official;
   }
 
   const TensorView* find(const std::string& official) const { return set_.find(stored_name(official)); }
@@ -306,16 +334,15 @@ Result<ModelWeights> load_weights(const io::SafetensorsSet& set, const ModelConf
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) DI_RETURN_IF_ERROR(load_layer(b, c, i, &w.layers[i]));
   const std::string mtp_prefix = official ? "mtp." : "model.mtp.";
-  const std::regex layer_re(official ? R"(^layers\.(\d+)\..*)" : R"(^model\.layers\.(\d+)\..*)");
   for (const auto& [name, view] : set.tensors()) {
     if (name.rfind(mtp_prefix, 0) == 0 || name.rfind("mtp.", 0) == 0) {
       w.mtp_tensor_names.push_back(name);
       continue;
     }
-    std::smatch m;
-    if (std::regex_match(name, m, layer_re) && (m[1].length() > 9 || std::stoll(m[1].str()) >= c.num_layers))
-      return Status::invalid_argument("tensor '" + name + "' belongs to layer " + m[1].str() + " but the config has " +
-                                      std::to_string(c.num_layers) + " layers");
+    const long long layer = layer_index(name, official ? "" : kTransformersPrefix);
+    if (layer >= c.num_layers)
+      return Status::invalid_argument("tensor '" + name + "' belongs to layer " + std::to_string(layer) +
+                                      " but the config has " + std::to_string(c.num_layers) + " layers");
   }
   for (const float x : w.embed.data)
     if (!std::isfinite(x)) return Status::invalid_argument("tensor 'embed.weight' holds a non-finite value");

@@ -125,3 +125,42 @@ INSTANTIATE_TEST_SUITE_P(Oracle, GreedyTest, ::testing::ValuesIn(greedy_cases())
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// v4-small-official-numerics: released layout at larger dims (hidden 512, window 128, HCA ratio
+// 128, YaRN via legacy rope_scaling, FP8/FP4). Its `hf_logits` are transformers fp32 on the
+// dequantized weights: rows T-1 (end of prefill) and the 7 teacher-forced decode steps after it.
+TEST(SmallOfficialExact, PrefillThenDecodeMatchesTransformers) {
+  const std::string dir = testing::fixture("v4-small-official-numerics");
+  auto set = io::SafetensorsSet::open_files({dir + "/reference.safetensors"});
+  ASSERT_TRUE(set.is_ok()) << set.status().to_string();
+  auto m = Model::load(dir);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  for (int p = 0; p < 2; ++p) {
+    const std::string key = "p" + std::to_string(p) + ".";
+    const auto ids = testing::to_ids(*set->find(key + "input_ids"));
+    const auto greedy = testing::to_ids(*set->find(key + "greedy_tokens"));
+    const auto* hf = set->find(key + "hf_logits");
+    ASSERT_NE(hf, nullptr);
+    const auto want = testing::to_floats(*hf);
+    const int64_t rows = hf->shape[0], V = hf->shape[1];
+    auto session = (*m)->new_session();
+    std::vector<float> logits;
+    ASSERT_TRUE((*m)->forward(*session, ids, &logits).is_ok());
+    float worst = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* got = r == 0 ? logits.data() + (ids.size() - 1) * V : logits.data();
+      for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(got[v] - want[r * V + v]));
+      if (r + 1 < rows) {
+        const int32_t next[1] = {greedy[r]};
+        ASSERT_TRUE((*m)->forward(*session, next, &logits).is_ok());
+      }
+    }
+    EXPECT_LT(worst, kTolerance) << "prompt " << p;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages deepinfer needs to build and test, if missing (run as root).
+set -euo pipefail
+pkgs=(g++ make cmake ninja-build nlohmann-json3-dev libgtest-dev)
+if [[ "${1:-}" == "--with-fuzzer" ]]; then pkgs+=(clang libclang-rt-dev); fi
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
