@@ -208,7 +208,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     const json& cr = j["compress_rates"];
     if (!cr.is_object()) return Status::invalid_argument(source + ": 'compress_rates' must be an object");
     for (auto it = cr.begin(); it != cr.end(); ++it) {
-      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 1)
+      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 1 || it.value().get<int64_t>() > (1 << 20))
         return Status::invalid_argument(source + ": compress_rates['" + it.key() + "'] must be a positive integer");
       if (it.key() == "compressed_sparse_attention") csa_rate = it.value().get<int>();
       else if (it.key() == "heavily_compressed_attention") hca_rate = it.value().get<int>();
@@ -272,6 +272,8 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   double prf = 0;
   if (r.has("partial_rotary_factor")) {
     DI_RETURN_IF_ERROR(r.get_double("partial_rotary_factor", &prf, true));
+    if (!(prf >= 0.0 && prf <= 1.0))
+      return Status::invalid_argument(source + ": 'partial_rotary_factor' must be between 0 and 1");
     c.rope_head_dim = static_cast<int>(c.head_dim * prf);
   } else if (r.has("qk_rope_head_dim")) {
     DI_RETURN_IF_ERROR(r.get_int("qk_rope_head_dim", &c.rope_head_dim, true));
@@ -296,8 +298,13 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
                                        "rope_parameters.compress", &c.rope_compress));
     for (const char* key : {"main", "compress"}) {
       const json& d = (*rp)[key];
-      if (d.contains("partial_rotary_factor") && d["partial_rotary_factor"].is_number() &&
-          static_cast<int>(c.head_dim * d["partial_rotary_factor"].get<double>()) != c.rope_head_dim)
+      if (!d.contains("partial_rotary_factor")) continue;
+      const json& f = d["partial_rotary_factor"];
+      const double v = f.is_number() ? f.get<double>() : -1.0;
+      if (!(v >= 0.0 && v <= 1.0))
+        return Status::invalid_argument(source + ": 'rope_parameters." + key +
+                                        ".partial_rotary_factor' must be a number between 0 and 1");
+      if (static_cast<int>(c.head_dim * v) != c.rope_head_dim)
         return Status::unsupported(source + ": rope_parameters." + key +
                                    ".partial_rotary_factor disagrees with the model's RoPE width");
     }

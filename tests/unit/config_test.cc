@@ -382,20 +382,19 @@ TEST(ModelConfig, ErrorsNameTheField) {
 namespace deepinfer::model {
 namespace {
 
-// Known src/ bugs, disabled until fixed (see the unit-test report):
-// config.cc casts head_dim * partial_rotary_factor to int without a range check: for 1e300 the
-// conversion is undefined behaviour (UBSan: "outside the range of representable values of type
-// 'int'"); on x86 it yields INT_MIN and a misleading "RoPE width -2147483648" message.
-TEST(ModelConfigKnownBugs, DISABLED_HugePartialRotaryFactorIsRejectedByName) {
+// Regression: head_dim * partial_rotary_factor was cast to int unchecked (UB for 1e300).
+TEST(ModelConfigRanges, HugePartialRotaryFactorIsRejectedByName) {
   json j = json::parse(kModern);
   j.erase("rope_parameters");
   j["partial_rotary_factor"] = 1e300;
   expect_error(j, {"partial_rotary_factor"});
+  json nested = json::parse(kModern);
+  nested["rope_parameters"]["main"]["partial_rotary_factor"] = -1e300;
+  expect_error(nested, {"rope_parameters.main.partial_rotary_factor"});
 }
 
-// compress_rates values are range-checked only as int64 >= 1, then narrowed with get<int>():
-// 4294967300 (2^32 + 4) silently becomes a CSA rate of 4 and the config is accepted.
-TEST(ModelConfigKnownBugs, DISABLED_CompressRateBeyondIntIsRejected) {
+// Regression: 4294967300 (2^32 + 4) was narrowed to a CSA rate of 4 and accepted.
+TEST(ModelConfigRanges, CompressRateBeyondIntIsRejected) {
   json j = json::parse(kModern);
   j["compress_rates"]["compressed_sparse_attention"] = 4294967300LL;
   expect_error(j, {"compress_rates"});
