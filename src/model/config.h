@@ -74,7 +74,7 @@ struct ModelConfig {
   bool has_csa() const;
   // Per-layer derived widths.
   int q_dim() const { return num_heads * head_dim; }
-  int shared_intermediate() const { return moe_intermediate_size * n_shared_experts; }
+  int shared_intermediate() const { return moe_intermediate_size * (n_shared_experts > 0 ? n_shared_experts : 1); }
 };
 
 // Parses and validates config.json text. `source` names the file in error messages.

@@ -25,8 +25,9 @@ class SessionImpl final : public Session {
 
 class ModelImpl final : public Model {
  public:
-  ModelImpl(model::ModelConfig config, model::ModelWeights weights, ModelInfo info)
-      : config_(std::move(config)),
+  ModelImpl(model::ModelConfig config, model::ModelWeights weights, ModelInfo info, io::SafetensorsSet files = {})
+      : files_(std::move(files)),
+        config_(std::move(config)),
         weights_(std::move(weights)),
         backend_(backend::make_cpu_backend()),
         net_(config_, weights_, *backend_),
@@ -68,6 +69,7 @@ class ModelImpl final : public Model {
   }
 
  private:
+  io::SafetensorsSet files_;  // keeps the mappings that ModelWeights::mtp views point into
   model::ModelConfig config_;
   model::ModelWeights weights_;
   std::unique_ptr<backend::Backend> backend_;
@@ -95,8 +97,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
   const std::string layout = weights.layout;
   ModelInfo info = make_info(config, layout, "DeepSeek-V4 from " + dir + " (" + layout + " layout, " +
                                                  std::to_string(config.num_layers) + " layers, hidden " +
-                                                 std::to_string(config.hidden_size) + ")");
-  return std::unique_ptr<Model>(new ModelImpl(std::move(config), std::move(weights), std::move(info)));
+                                                 std::to_string(config.hidden_size) + ", " +
+                                                 std::to_string(weights.mtp.size()) + " MTP tensors kept)");
+  return std::unique_ptr<Model>(new ModelImpl(std::move(config), std::move(weights), std::move(info), std::move(set)));
 }
 
 Result<std::unique_ptr<Model>> Model::load_default() {

@@ -292,7 +292,13 @@ Status load_layer(const Binder& b, const ModelConfig& c, int i, LayerWeights* L)
   L->experts.resize(E);
   for (int e = 0; e < E; ++e)
     DI_RETURN_IF_ERROR(load_expert(b, f + "experts." + std::to_string(e) + ".", c.moe_intermediate_size, D, &L->experts[e]));
-  DI_RETURN_IF_ERROR(load_expert(b, f + "shared_experts.", c.shared_intermediate(), D, &L->shared));
+  // The shared expert's width: the official code uses moe_intermediate_size * n_shared_experts,
+  // transformers always moe_intermediate_size; they agree for the released n_shared_experts = 1.
+  int shared_inter = c.shared_intermediate();
+  if (const TensorView* w1 = b.find(f + "shared_experts.w1.weight");
+      w1 && !w1->shape.empty() && w1->shape[0] == c.moe_intermediate_size)
+    shared_inter = c.moe_intermediate_size;
+  DI_RETURN_IF_ERROR(load_expert(b, f + "shared_experts.", shared_inter, D, &L->shared));
   return Status::ok();
 }
 
@@ -336,7 +342,7 @@ Result<ModelWeights> load_weights(const io::SafetensorsSet& set, const ModelConf
   const std::string mtp_prefix = official ? "mtp." : "model.mtp.";
   for (const auto& [name, view] : set.tensors()) {
     if (name.rfind(mtp_prefix, 0) == 0 || name.rfind("mtp.", 0) == 0) {
-      w.mtp_tensor_names.push_back(name);
+      w.mtp.emplace(name, view);
       continue;
     }
     const long long layer = layer_index(name, official ? "" : kTransformersPrefix);

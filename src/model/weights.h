@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,7 +82,9 @@ struct ModelWeights {
   std::vector<float> hc_head_base; // [hc]
   std::vector<float> hc_head_scale;// [1]
   std::vector<LayerWeights> layers;
-  std::vector<std::string> mtp_tensor_names;  // recognised `mtp.*` tensors, not used yet
+  // Recognised `mtp.*` tensors (the multi-token-prediction block), kept as views for the
+  // speculative-decoding work; valid while the SafetensorsSet they came from lives.
+  std::map<std::string, io::TensorView> mtp;
   std::string layout;                         // "official" or "transformers"
 };
 

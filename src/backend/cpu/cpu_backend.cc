@@ -178,9 +178,8 @@ class CpuBackend final : public Backend {
     std::vector<float> xn(static_cast<size_t>(M) * width), mixes(static_cast<size_t>(M) * hc);
     rms_norm(X, M, width, nullptr, norm_eps, xn.data());
     linear(xn.data(), M, fn, mixes.data());
+    std::vector<float> pre(hc);
     for (int m = 0; m < M; ++m) {
-      float pre[64];
-      DI_CHECK(hc <= 64, "hc_mult %d too large", hc);
       for (int i = 0; i < hc; ++i) pre[i] = sigmoid(mixes[static_cast<size_t>(m) * hc + i] * scale[0] + base[i]) + hc_eps;
       const float* Xm = X + static_cast<size_t>(m) * width;
       for (int d = 0; d < D; ++d) {
