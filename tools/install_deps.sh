@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages deepinfer needs to build and test, if missing (run as root).
 set -euo pipefail
-pkgs=(g++ make cmake ninja-build nlohmann-json3-dev libgtest-dev)
+pkgs=(g++ make cmake ninja-build pkg-config nlohmann-json3-dev libgtest-dev libpcre2-dev libutf8proc-dev)
 if [[ "${1:-}" == "--with-fuzzer" ]]; then pkgs+=(clang libclang-rt-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -2,7 +2,11 @@
 //
 //   deepinfer logits   [--model DIR] --ids 5,17,42 [--chunk N] --out FILE
 //   deepinfer generate [--model DIR] --prompt-ids 5,17,42 --max-tokens N [--chunk N] [--ignore-eos]
+//   deepinfer tokenize   (--tokenizer FILE | --model DIR) (--text TEXT | --jsonl IN) [--add-special-tokens]
+//   deepinfer detokenize (--tokenizer FILE | --model DIR) (--ids 1,2,3 | --jsonl IN) [--skip-special-tokens]
+#include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -10,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "deepinfer/model.h"
+#include "deepinfer/tokenizer.h"
 
 namespace {
 
@@ -23,6 +30,10 @@ const char* kUsage =
     "      --chunk N feeds the prompt N tokens at a time through the decode state (1: token by token)\n"
     "  deepinfer generate [--model DIR] --prompt-ids 5,17,42 --max-tokens N [--chunk N] [--ignore-eos]\n"
     "      greedy continuation; prints {\"token_ids\": [...]}\n"
+    "  deepinfer tokenize   (--tokenizer FILE | --model DIR) (--text TEXT | --jsonl IN) [--add-special-tokens]\n"
+    "      prints one JSON line {\"ids\": [...]} per input (JSONL lines carry \"text\"), in order\n"
+    "  deepinfer detokenize (--tokenizer FILE | --model DIR) (--ids 1,2,3 | --jsonl IN) [--skip-special-tokens]\n"
+    "      prints one JSON line {\"text\": \"...\"} per input (JSONL lines carry \"ids\")\n"
     "Without --model the embedded default model is used (random weights, for trying the engine).\n";
 
 struct Args {
@@ -43,7 +54,7 @@ bool parse_args(int argc, char** argv, Args* a, std::string* err) {
       *err = "unexpected argument '" + s + "'";
       return false;
     }
-    if (s == "--ignore-eos" || s == "--help") {
+    if (s == "--ignore-eos" || s == "--help" || s == "--add-special-tokens" || s == "--skip-special-tokens") {
       a->flags.push_back(s);
       continue;
     }
@@ -160,6 +171,109 @@ int run_generate(const Args& a) {
   return 0;
 }
 
+bool has_flag(const Args& a, const char* flag) {
+  return std::find(a.flags.begin(), a.flags.end(), flag) != a.flags.end();
+}
+
+deepinfer::Result<std::unique_ptr<deepinfer::Tokenizer>> open_tokenizer(const Args& a) {
+  if (a.opts.count("--tokenizer")) return deepinfer::Tokenizer::from_file(a.opts.at("--tokenizer"));
+  if (a.opts.count("--model")) return deepinfer::Tokenizer::from_file(a.opts.at("--model") + "/tokenizer.json");
+  return Status::invalid_argument(a.command + ": give --tokenizer FILE or --model DIR");
+}
+
+// One JSON object per line in the `{"key": value}` style of the CLI's documentation.
+std::string dump(const nlohmann::json& j) {
+  if (j.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      out += (first ? "" : ", ") + nlohmann::json(it.key()).dump() + ": ";
+      first = false;
+      if (it.value().is_array()) {
+        out += "[";
+        for (size_t i = 0; i < it.value().size(); ++i) out += (i ? ", " : "") + it.value()[i].dump();
+        out += "]";
+      } else {
+        out += it.value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      }
+    }
+    return out + "}";
+  }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Runs `fn` on every input (--text/--ids value, or each JSONL line's `field`); prints one JSON line
+// each. A bad JSONL line prints {"error": ...} in its place; the exit status is then 1.
+template <typename Fn>
+int for_each_input(const Args& a, const char* inline_opt, const char* field, Fn&& fn) {
+  const bool has_inline = a.opts.count(inline_opt) > 0, has_jsonl = a.opts.count("--jsonl") > 0;
+  if (has_inline == has_jsonl)
+    return fail(Status::invalid_argument(a.command + ": give exactly one of " + inline_opt + " or --jsonl"));
+  if (has_inline) {
+    auto out = fn(nlohmann::json(a.opts.at(inline_opt)), std::string(inline_opt));
+    if (!out.is_ok()) return fail(out.status());
+    std::printf("%s\n", dump(out.value()).c_str());
+    return 0;
+  }
+  std::ifstream in(a.opts.at("--jsonl"));
+  if (!in) return fail(Status::not_found("cannot read " + a.opts.at("--jsonl")));
+  std::string line;
+  int line_no = 0, errors = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    const std::string where = a.opts.at("--jsonl") + ":" + std::to_string(line_no);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    deepinfer::Result<nlohmann::json> out = Status::invalid_argument(where + ": not a JSON object with \"" + field + "\"");
+    if (!j.is_discarded() && j.is_object() && j.contains(field)) out = fn(j[field], where);
+    if (out.is_ok()) {
+      std::printf("%s\n", dump(out.value()).c_str());
+    } else {
+      ++errors;
+      std::printf("%s\n", dump({{"error", out.status().to_string()}}).c_str());
+      std::fprintf(stderr, "deepinfer: error: %s\n", out.status().to_string().c_str());
+    }
+  }
+  return errors ? 1 : 0;
+}
+
+int run_tokenize(const Args& a) {
+  if (Status s = check_known(a, {"--tokenizer", "--model", "--text", "--jsonl"}); !s.is_ok()) return fail(s);
+  auto tok = open_tokenizer(a);
+  if (!tok.is_ok()) return fail(tok.status());
+  const bool add_special = has_flag(a, "--add-special-tokens");
+  return for_each_input(a, "--text", "text", [&](const nlohmann::json& v, const std::string& where) -> deepinfer::Result<nlohmann::json> {
+    if (!v.is_string()) return Status::invalid_argument(where + ": \"text\" must be a string");
+    auto ids = (*tok)->encode(v.get<std::string>(), add_special);
+    if (!ids.is_ok()) return ids.status().with_context(where);
+    return nlohmann::json{{"ids", ids.value()}};
+  });
+}
+
+int run_detokenize(const Args& a) {
+  if (Status s = check_known(a, {"--tokenizer", "--model", "--ids", "--jsonl"}); !s.is_ok()) return fail(s);
+  auto tok = open_tokenizer(a);
+  if (!tok.is_ok()) return fail(tok.status());
+  const bool skip = has_flag(a, "--skip-special-tokens");
+  return for_each_input(a, "--ids", "ids", [&](const nlohmann::json& v, const std::string& where) -> deepinfer::Result<nlohmann::json> {
+    std::vector<int32_t> ids;
+    if (v.is_string()) {
+      if (Status s = parse_ids(v.get<std::string>(), "--ids", &ids); !s.is_ok()) return s;
+    } else if (v.is_array()) {
+      for (const auto& x : v) {
+        if (!x.is_number_integer() || x.get<int64_t>() < INT32_MIN || x.get<int64_t>() > INT32_MAX)
+          return Status::invalid_argument(where + ": \"ids\" must be an array of integers");
+        ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+      }
+    } else {
+      return Status::invalid_argument(where + ": \"ids\" must be an array of integers");
+    }
+    auto text = (*tok)->decode(ids, skip);
+    if (!text.is_ok()) return text.status().with_context(where);
+    return nlohmann::json{{"text", text.value()}};
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,6 +290,8 @@ int main(int argc, char** argv) {
     }
   if (a.command == "logits") return run_logits(a);
   if (a.command == "generate") return run_generate(a);
+  if (a.command == "tokenize") return run_tokenize(a);
+  if (a.command == "detokenize") return run_detokenize(a);
   if (a.command == "help" || a.command == "--help") {
     std::printf("%s", kUsage);
     return 0;
