@@ -426,7 +426,9 @@ Status render_turn(const std::vector<Turn>& turns, size_t index, std::ptrdiff_t 
       append_tools_and_format(*t.msg, out);
       break;
     case Role::kDeveloper:
-      if (t.msg->content.empty()) return Status::invalid_argument(t.where + ".content: a developer message needs content");
+      if (t.msg->content.empty()) {
+        return Status::invalid_argument(t.where + ".content: a developer message needs content");
+      }
       out += tok::kUser;
       out += t.msg->content;
       append_tools_and_format(*t.msg, out);
@@ -741,7 +743,9 @@ Status parse_tool_calls(std::string_view text, size_t* pos, const ParseOptions& 
     const std::string label = "tool call " + std::to_string(calls->size());
     Scan s = read_until(text, i, {kInvokeOpen, kToolCallsClose});
     i = s.next;
-    if (s.before != ">\n") return parse_error(label + ": expected '>\\n' before the next tag, got " + excerpt(s.before));
+    if (s.before != ">\n") {
+      return parse_error(label + ": expected '>\\n' before the next tag, got " + excerpt(s.before));
+    }
     if (s.stop == 1) break;
     if (s.stop < 0) return parse_error(label + ": missing </｜DSML｜tool_calls>");
 

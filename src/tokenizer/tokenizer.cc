@@ -13,7 +13,8 @@
 #include <fstream>
 #include <list>
 #include <map>
-#include <mutex>
+#include <atomic>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
@@ -77,6 +78,57 @@ bool is_word_char(char32_t c) {
   const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) || (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO) ||
          (cat >= UTF8PROC_CATEGORY_MN && cat <= UTF8PROC_CATEGORY_ME);
+}
+
+// Open-addressing map (pair of token ids) -> (rank, merged id): the BPE inner loop's only lookup.
+class MergeTable {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    slots_.assign(cap, Slot());
+    mask_ = cap - 1;
+  }
+  // Keeps the first insertion of a key (the lowest rank).
+  void insert(uint64_t key, int32_t rank, int32_t merged) {
+    for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i].rank < 0) {
+        slots_[i] = {key, rank, merged};
+        return;
+      }
+      if (slots_[i].key == key) return;
+    }
+  }
+  // Returns false if the pair has no merge.
+  bool find(uint64_t key, int32_t* rank, int32_t* merged) const {
+    for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.rank < 0) return false;
+      if (s.key == key) {
+        *rank = s.rank;
+        *merged = s.merged;
+        return true;
+      }
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t key = 0;
+    int32_t rank = -1;  // -1: empty
+    int32_t merged = 0;
+  };
+  static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    return x ^ (x >> 33);
+  }
+  std::vector<Slot> slots_ = std::vector<Slot>(16);
+  size_t mask_ = 15;
+};
+
+inline uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
 struct AddedToken {
@@ -288,6 +340,8 @@ void apply_split(const Regex& re, SplitBehavior behavior, bool invert, std::stri
 
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+std::atomic<uint64_t> g_tokenizer_serial{1};
+
 struct PostProcessor {
   std::vector<int32_t> prefix, suffix;  // ids around the sequence (single-sequence templates)
 };
@@ -334,7 +388,7 @@ class BpeTokenizer final : public Tokenizer {
 
   std::unordered_map<std::string, int32_t> vocab_;        // raw bytes -> id
   std::unordered_map<std::string, int32_t> literal_vocab_;  // vocab entries not in byte-level spelling
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left id, right id) -> (rank, merged id)
+  MergeTable merges_;  // (left id, right id) -> (rank, merged id)
   std::array<int32_t, 256> byte_id_{};                     // id of each single byte (-1 if absent)
   std::optional<int32_t> unk_;
   bool ignore_merges_ = false;
@@ -351,8 +405,8 @@ class BpeTokenizer final : public Tokenizer {
   std::optional<int32_t> bos_, eos_;
   bool add_bos_ = false;
 
-  mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  // Distinguishes tokenizers that reuse a freed one's address, for the per-thread BPE cache.
+  const uint64_t serial_ = g_tokenizer_serial.fetch_add(1);
 };
 
 Status BpeTokenizer::load_model(const json& m, const std::string& src) {
@@ -391,6 +445,7 @@ Status BpeTokenizer::load_model(const json& m, const std::string& src) {
   if (!m.contains("merges") || !m["merges"].is_array()) return Status::invalid_argument(src + ": model.merges must be an array");
   int32_t rank = 0;
   std::string a, b;
+  merges_.reserve(m["merges"].size());
   for (const json& mg : m["merges"]) {
     std::string left, right;
     if (mg.is_string()) {
@@ -412,8 +467,7 @@ Status BpeTokenizer::load_model(const json& m, const std::string& src) {
     if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end())
       return Status::invalid_argument(src + ": merge " + std::to_string(rank) + " ('" + left + "', '" + right +
                                       "') refers to tokens missing from the vocabulary");
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second);
-    merges_.emplace(key, std::make_pair(rank, iab->second));  // first (lowest) rank wins
+    merges_.insert(pair_key(ia->second, ib->second), rank, iab->second);  // first (lowest) rank wins
     ++rank;
   }
   return Status::ok();
@@ -749,8 +803,8 @@ void BpeTokenizer::bpe_uncached(std::string_view piece, std::vector<int32_t>* ou
   auto push = [&](int i) {
     const int j = sym[i].next;
     if (j < 0 || sym[i].id < 0 || sym[j].id < 0) return;
-    auto it = merges_.find((static_cast<uint64_t>(static_cast<uint32_t>(sym[i].id)) << 32) | static_cast<uint32_t>(sym[j].id));
-    if (it != merges_.end()) q.push({it->second.first, i, sym[j].id, sym[i].id});
+    int32_t rank = 0, merged = 0;
+    if (merges_.find(pair_key(sym[i].id, sym[j].id), &rank, &merged)) q.push({rank, i, sym[j].id, sym[i].id});
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
   while (!q.empty()) {
@@ -759,8 +813,9 @@ void BpeTokenizer::bpe_uncached(std::string_view piece, std::vector<int32_t>* ou
     Sym& L = sym[c.pos];
     if (!L.alive || L.id != c.left || L.next < 0 || sym[L.next].id != c.right) continue;  // stale
     const int r = L.next;
-    const auto it = merges_.find((static_cast<uint64_t>(static_cast<uint32_t>(L.id)) << 32) | static_cast<uint32_t>(sym[r].id));
-    L.id = it->second.second;
+    int32_t rank = 0, merged = 0;
+    merges_.find(pair_key(L.id, sym[r].id), &rank, &merged);
+    L.id = merged;
     sym[r].alive = false;
     L.next = sym[r].next;
     if (L.next >= 0) sym[L.next].prev = c.pos;
@@ -773,25 +828,56 @@ void BpeTokenizer::bpe_uncached(std::string_view piece, std::vector<int32_t>* ou
   }
 }
 
+// Per-thread, direct-mapped cache of BPE results for short pieces (most words recur). No locks:
+// each thread owns its cache; it is reset when the thread switches to another tokenizer.
+struct BpeCache {
+  static constexpr size_t kSlots = 1 << 17;
+  static constexpr size_t kMaxKey = 22, kMaxIds = 8;
+  struct Slot {
+    uint64_t hash = 0;
+    uint8_t key_len = 0xff;  // 0xff: empty
+    uint8_t num_ids = 0;
+    char key[kMaxKey];
+    int32_t ids[kMaxIds];
+  };
+  const void* owner = nullptr;
+  uint64_t owner_serial = 0;
+  std::vector<Slot> slots;
+};
+
+uint64_t hash_bytes(std::string_view s) {  // FNV-1a, then a final mix
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+
 void BpeTokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
-  if (piece.size() > 256) {  // long pieces are rare and would bloat the cache
+  if (piece.size() > BpeCache::kMaxKey) {
     bpe_uncached(piece, out);
     return;
   }
-  std::string key(piece);
-  {
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      out->insert(out->end(), it->second.begin(), it->second.end());
-      return;
-    }
+  thread_local BpeCache cache;
+  if (cache.owner != this || cache.owner_serial != serial_) {
+    cache.owner = this;
+    cache.owner_serial = serial_;
+    cache.slots.assign(BpeCache::kSlots, BpeCache::Slot());
+  }
+  const uint64_t h = hash_bytes(piece);
+  BpeCache::Slot& slot = cache.slots[h & (BpeCache::kSlots - 1)];
+  if (slot.hash == h && slot.key_len == piece.size() && std::memcmp(slot.key, piece.data(), piece.size()) == 0) {
+    out->insert(out->end(), slot.ids, slot.ids + slot.num_ids);
+    return;
   }
   const size_t start = out->size();
   bpe_uncached(piece, out);
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  if (cache_.size() > 200000) cache_.clear();
-  cache_.emplace(std::move(key), std::vector<int32_t>(out->begin() + static_cast<long>(start), out->end()));
+  const size_t n = out->size() - start;
+  if (n <= BpeCache::kMaxIds) {
+    slot.hash = h;
+    slot.key_len = static_cast<uint8_t>(piece.size());
+    std::memcpy(slot.key, piece.data(), piece.size());
+    slot.num_ids = static_cast<uint8_t>(n);
+    std::copy(out->begin() + static_cast<long>(start), out->end(), slot.ids);
+  }
 }
 
 Result<std::vector<int32_t>> BpeTokenizer::encode(std::string_view text, bool add_special_tokens) const {
