@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/model.h"
@@ -201,6 +202,43 @@ TEST_F(CliTest, IdsOutsideVocabulary) {
 
 TEST_F(CliTest, MissingModelDirectory) {
   expect_error(run_cli("logits --model " + (dir_ / "nope").string() + " --ids 1 --out " + out_file()), "nope");
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+const std::string kDeepSeekTokenizer = testing::fixture("tokenizer/deepseek-v3/tokenizer.json");
+
+TEST_F(CliTest, TokenizeJsonlInOrderWithBadLinesReported) {
+  const std::string in = (dir_ / "in.jsonl").string();
+  std::ofstream(in) << "{\"text\": \"Hello, world! How are you doing today?\"}\n"
+                    << "not json\n"
+                    << "{\"text\": \"<｜end▁of▁sentence｜>x\"}\n";
+  const RunResult r = run_cli("tokenize --tokenizer " + kDeepSeekTokenizer + " --jsonl " + in);
+  EXPECT_EQ(r.exit_code, 1);  // one bad line
+  std::vector<std::string> stdout_lines;  // (run_cli merges stderr; its lines start with "deepinfer:")
+  std::istringstream lines(r.output);
+  for (std::string l; std::getline(lines, l);)
+    if (l.rfind("deepinfer:", 0) != 0) stdout_lines.push_back(l);
+  ASSERT_EQ(stdout_lines.size(), 3u) << r.output;
+  EXPECT_EQ(stdout_lines[0], "{\"ids\": [19923, 14, 2058, 3, 1730, 477, 440, 4843, 4316, 33]}");
+  EXPECT_EQ(stdout_lines[2], "{\"ids\": [1, 90]}");  // the special-token string is matched
+  EXPECT_NE(r.output.find("{\"error\": \"invalid argument: " + in + ":2: not a JSON object with \\\"text\\\"\"}"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(CliTest, DetokenizeAndErrors) {
+  RunResult r = run_cli("detokenize --tokenizer " + kDeepSeekTokenizer + " --ids 19923,14,2058,3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "{\"text\": \"Hello, world!\"}\n");
+  expect_error(run_cli("detokenize --tokenizer " + kDeepSeekTokenizer + " --ids 5,999999"),
+               "token id 999999 at index 1 is outside the vocabulary");
+  expect_error(run_cli("tokenize --tokenizer " + (dir_ / "missing.json").string() + " --text hi"), "missing.json");
+  expect_error(run_cli("tokenize --text hi"), "give --tokenizer FILE or --model DIR");
 }
 
 }  // namespace
