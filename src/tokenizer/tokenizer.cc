@@ -385,7 +385,9 @@ class BpeTokenizer final : public Tokenizer {
   Status check_decoder(const json& d, const std::string& src);
   void normalize(std::string_view in, std::string* out) const;
   void pre_tokenize(std::string_view s, Pieces* pieces) const;
-  void bpe(std::string_view piece, std::vector<int32_t>* out) const;
+  // `hash` is hash_bytes(piece) (computed ahead so the cache slot can be prefetched).
+  void bpe(std::string_view piece, uint64_t hash, std::vector<int32_t>* out) const;
+  struct BpeCache& bpe_cache() const;
   void bpe_uncached(std::string_view piece, std::vector<int32_t>* out) const;
   static constexpr int kSmallPiece = 96;
   void bpe_small(std::string_view piece, std::vector<int32_t>* out) const;
@@ -914,7 +916,7 @@ uint64_t hash_bytes(std::string_view s) {  // 8 bytes per step, multiply-xorshif
   return h ^ (h >> 29);
 }
 
-void BpeTokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
+BpeCache& BpeTokenizer::bpe_cache() const {
   thread_local BpeCache cache;
   if (cache.owner != this || cache.owner_serial != serial_) {
     cache.owner = this;
@@ -922,6 +924,11 @@ void BpeTokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const 
     cache.slots.assign(BpeCache::kSlots, BpeCache::Slot());
     cache.long_pieces.clear();
   }
+  return cache;
+}
+
+void BpeTokenizer::bpe(std::string_view piece, uint64_t h, std::vector<int32_t>* out) const {
+  BpeCache& cache = bpe_cache();
   if (piece.size() > BpeCache::kMaxKey) {
     if (piece.size() > BpeCache::kMaxLongKey) {
       bpe_uncached(piece, out);
@@ -939,7 +946,6 @@ void BpeTokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const 
     cache.long_pieces.emplace(std::move(key), std::vector<int32_t>(out->begin() + static_cast<long>(start), out->end()));
     return;
   }
-  const uint64_t h = hash_bytes(piece);
   BpeCache::Slot& slot = cache.slots[h & (BpeCache::kSlots - 1)];
   if (slot.hash == h && slot.key_len == piece.size() && std::memcmp(slot.key, piece.data(), piece.size()) == 0) {
     out->insert(out->end(), slot.ids, slot.ids + slot.num_ids);
@@ -985,8 +991,17 @@ Result<std::vector<int32_t>> BpeTokenizer::encode(std::string_view text, bool ad
       }
       pieces.arena.clear();
       pre_tokenize(s2.text, &pieces);
-      for (std::string_view p : pieces.views)
-        if (!p.empty()) bpe(p, &ids);
+      // Hash every piece and prefetch its cache slot first: the lookups then overlap their
+      // memory latency instead of paying it one after another.
+      thread_local std::vector<uint64_t> hashes;
+      hashes.resize(pieces.views.size());
+      const BpeCache& cache = bpe_cache();
+      for (size_t k = 0; k < pieces.views.size(); ++k) {
+        hashes[k] = hash_bytes(pieces.views[k]);
+        __builtin_prefetch(&cache.slots[hashes[k] & (BpeCache::kSlots - 1)]);
+      }
+      for (size_t k = 0; k < pieces.views.size(); ++k)
+        if (!pieces.views[k].empty()) bpe(pieces.views[k], hashes[k], &ids);
     }
   }
   if (add_special_tokens) ids.insert(ids.end(), post_.suffix.begin(), post_.suffix.end());
