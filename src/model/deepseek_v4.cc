@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "base/check.h"
 #include "model/topk.h"
@@ -79,10 +78,11 @@ Status DeepSeekV4::forward(DecodeState& state, std::span<const int32_t> tokens, 
 // Feeds T tokens' projections through one compressor (§4.6) and appends one pooled row for every
 // window that closes. HCA (overlap=false): a row pools the `ratio` tokens of its window. CSA
 // (overlap=true, width = 2*head): a row pools series A of the previous window and series B of its
-// own, 2*ratio slots under one softmax per channel. Rows come out normalised-but-unrotated in
-// rows_out; the caller norms and rotates them.
+// own, 2*ratio slots under one softmax per channel. New rows are normed, rotated to the position of
+// their window's first token and appended to `rows_out` ([rows, head]).
 void DeepSeekV4::run_compressor(const CompressorWeights& w, int ratio, bool overlap, int head, const float* x, int T,
-                                const int64_t* pos, CompressorState& cs, std::vector<float>& rows_out) const {
+                                const int64_t* pos, CompressorState& cs, std::vector<float>* rows_out) const {
+  DI_CHECK(rows_out->size() == static_cast<size_t>(cs.n_rows) * head, "compressed rows out of step with their compressor");
   const int width = overlap ? 2 * head : head;
   std::vector<float> a(static_cast<size_t>(T) * width), z(a.size());
   backend_.linear(x, T, w.wkv, a.data());
@@ -121,7 +121,7 @@ void DeepSeekV4::run_compressor(const CompressorWeights& w, int ratio, bool over
       }
     }
     backend_.compress_pool(kv_ptr, gate_ptr, 1, static_cast<int>(kv_ptr.size()), head, row.data());
-    rows_out.insert(rows_out.end(), row.begin(), row.end());
+    rows_out->insert(rows_out->end(), row.begin(), row.end());
     if (overlap) {  // keep series A of this window for the next row
       cs.prev_kv.resize(static_cast<size_t>(ratio) * head);
       cs.prev_gate.resize(cs.prev_kv.size());
@@ -135,12 +135,21 @@ void DeepSeekV4::run_compressor(const CompressorWeights& w, int ratio, bool over
     }
     cs.n_buf = 0;
   }
+  const int first_row = cs.n_rows;
+  const int n_new = static_cast<int>(rows_out->size() / head) - first_row;
+  if (n_new == 0) return;
+  float* fresh = rows_out->data() + static_cast<size_t>(first_row) * head;
+  backend_.rms_norm(fresh, n_new, head, w.norm.data(), static_cast<float>(config_.rms_norm_eps), fresh);
+  std::vector<int64_t> rpos(n_new);
+  for (int r = 0; r < n_new; ++r) rpos[r] = static_cast<int64_t>(first_row + r) * ratio;
+  backend_.rope(fresh, n_new, 1, head, rpos.data(), rope_compress_, false);
+  cs.n_rows += n_new;
 }
 
 void DeepSeekV4::attention(const LayerWeights& L, int layer, LayerState& S, const float* x, int T, const int64_t* pos,
                            float* out) const {
   const ModelConfig& c = config_;
-  const int H = c.num_heads, hd = c.head_dim, D = c.hidden_size;
+  const int H = c.num_heads, hd = c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const AttentionKind kind = c.layer_kinds[layer];
   const int ratio = c.compress_ratio[layer];
@@ -162,37 +171,14 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, LayerState& S, cons
   backend_.rope(kv.data(), T, 1, hd, pos, rope, false);
 
   // Compressed rows (§4.6): emitted for every window that closes inside this chunk.
-  if (L.has_compressor) {
-    std::vector<float> rows;
-    const int first_row = S.compressor.n_rows;
-    run_compressor(L.compressor, ratio, kind == AttentionKind::kCsa, hd, x, T, pos, S.compressor, rows);
-    const int n_new = static_cast<int>(rows.size() / hd);
-    if (n_new > 0) {
-      backend_.rms_norm(rows.data(), n_new, hd, L.compressor.norm.data(), eps, rows.data());
-      std::vector<int64_t> rpos(n_new);
-      for (int r = 0; r < n_new; ++r) rpos[r] = static_cast<int64_t>(first_row + r) * ratio;
-      backend_.rope(rows.data(), n_new, 1, hd, rpos.data(), rope_compress_, false);
-      S.compressed.insert(S.compressed.end(), rows.begin(), rows.end());
-      S.compressor.n_rows += n_new;
-    }
-  }
+  if (L.has_compressor)
+    run_compressor(L.compressor, ratio, kind == AttentionKind::kCsa, hd, x, T, pos, S.compressor, &S.compressed);
 
   // Lightning indexer (§4.7): its own compressor gives keys; queries pick top-k visible rows.
   std::vector<std::vector<int>> selected(T);
   if (L.has_indexer) {
     const int ih = c.index_head_dim, nI = c.index_n_heads;
-    std::vector<float> rows;
-    const int first_row = S.index_compressor.n_rows;
-    run_compressor(L.indexer.compressor, ratio, true, ih, x, T, pos, S.index_compressor, rows);
-    const int n_new = static_cast<int>(rows.size() / ih);
-    if (n_new > 0) {
-      backend_.rms_norm(rows.data(), n_new, ih, L.indexer.compressor.norm.data(), eps, rows.data());
-      std::vector<int64_t> rpos(n_new);
-      for (int r = 0; r < n_new; ++r) rpos[r] = static_cast<int64_t>(first_row + r) * ratio;
-      backend_.rope(rows.data(), n_new, 1, ih, rpos.data(), rope_compress_, false);
-      S.index_keys.insert(S.index_keys.end(), rows.begin(), rows.end());
-      S.index_compressor.n_rows += n_new;
-    }
+    run_compressor(L.indexer.compressor, ratio, true, ih, x, T, pos, S.index_compressor, &S.index_keys);
     std::vector<float> qi(static_cast<size_t>(T) * nI * ih), wts(static_cast<size_t>(T) * nI);
     backend_.linear(qr.data(), T, L.indexer.wq_b, qi.data());
     backend_.rope(qi.data(), T, nI, ih, pos, rope_compress_, false);
@@ -257,7 +243,6 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, LayerState& S, cons
       std::memcpy(&z[(static_cast<size_t>(t) * G + g) * R], &gout[static_cast<size_t>(t) * R], R * sizeof(float));
   }
   backend_.linear(z.data(), T, L.wo_b, out);
-  (void)D;
 
   // Keep the last W-1 raw rows for the next chunk.
   const int keep = W - 1;

@@ -58,7 +58,7 @@ class DeepSeekV4 {
   void attention(const LayerWeights& L, int layer, LayerState& S, const float* x, int T, const int64_t* pos,
                  float* out) const;
   void run_compressor(const CompressorWeights& w, int ratio, bool overlap, int head, const float* x, int T,
-                      const int64_t* pos, CompressorState& cs, std::vector<float>& rows_out) const;
+                      const int64_t* pos, CompressorState& cs, std::vector<float>* rows_out) const;
   void moe(const LayerWeights& L, int layer, const float* x, int T, std::span<const int32_t> tokens, float* out) const;
 
   const ModelConfig& config_;

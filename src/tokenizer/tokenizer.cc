@@ -343,6 +343,32 @@ void apply_split(const Regex& re, SplitBehavior behavior, bool invert, std::stri
 
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// Optional typed fields of a tokenizer.json object: missing or null gives `def`; any other type is
+// an error naming the field (nlohmann's value() would throw instead).
+Status opt_bool(const json& obj, const char* key, bool def, const std::string& where, bool* out) {
+  *out = def;
+  if (!obj.contains(key) || obj[key].is_null()) return Status::ok();
+  if (!obj[key].is_boolean()) return Status::invalid_argument(where + ": '" + key + "' must be true or false");
+  *out = obj[key].get<bool>();
+  return Status::ok();
+}
+Status opt_string(const json& obj, const char* key, const std::string& def, const std::string& where, std::string* out) {
+  *out = def;
+  if (!obj.contains(key) || obj[key].is_null()) return Status::ok();
+  if (!obj[key].is_string()) return Status::invalid_argument(where + ": '" + key + "' must be a string");
+  *out = obj[key].get<std::string>();
+  return Status::ok();
+}
+
+// The `pattern` of a Split pre-tokenizer or Replace normalizer: {"String": literal} or {"Regex": re}.
+Result<std::unique_ptr<Regex>> compile_pattern(const json& obj, const std::string& where) {
+  const json& p = obj.contains("pattern") ? obj["pattern"] : json();
+  if (p.is_object() && p.contains("String") && p["String"].is_string())
+    return Regex::compile(Regex::escape(p["String"].get<std::string>()), where);
+  if (p.is_object() && p.contains("Regex") && p["Regex"].is_string()) return Regex::compile(p["Regex"].get<std::string>(), where);
+  return Status::invalid_argument(where + " needs pattern {String|Regex}");
+}
+
 std::atomic<uint64_t> g_tokenizer_serial{1};
 
 struct PostProcessor {
@@ -418,7 +444,8 @@ class BpeTokenizer final : public Tokenizer {
 
 Status BpeTokenizer::load_model(const json& m, const std::string& src) {
   if (!m.is_object()) return Status::invalid_argument(src + ": 'model' must be an object");
-  const std::string type = m.value("type", std::string("BPE"));
+  std::string type;
+  DI_RETURN_IF_ERROR(opt_string(m, "type", "BPE", src + ": model", &type));
   if (type != "BPE")
     return Status::unsupported(src + ": model type '" + type + "' is not supported (only byte-level BPE)");
   // Set = present and not null/false/"" (an empty prefix or suffix changes nothing).
@@ -505,20 +532,15 @@ Status BpeTokenizer::load_normalizer(const json& n, const std::string& src) {
   else if (t == "Lowercase") s.kind = NormalizerStep::Kind::kLowercase;
   else if (t == "Prepend") {
     s.kind = NormalizerStep::Kind::kPrepend;
-    s.content = n.value("prepend", std::string());
+    DI_RETURN_IF_ERROR(opt_string(n, "prepend", "", src + ": Prepend normalizer", &s.content));
   } else if (t == "Strip") {
     s.kind = NormalizerStep::Kind::kStrip;
-    s.strip_left = n.value("strip_left", false);
-    s.strip_right = n.value("strip_right", false);
+    DI_RETURN_IF_ERROR(opt_bool(n, "strip_left", false, src + ": Strip normalizer", &s.strip_left));
+    DI_RETURN_IF_ERROR(opt_bool(n, "strip_right", false, src + ": Strip normalizer", &s.strip_right));
   } else if (t == "Replace") {
     s.kind = NormalizerStep::Kind::kReplace;
-    const json& p = n.contains("pattern") ? n["pattern"] : json();
-    std::string pattern;
-    if (p.is_object() && p.contains("String") && p["String"].is_string()) pattern = Regex::escape(p["String"].get<std::string>());
-    else if (p.is_object() && p.contains("Regex") && p["Regex"].is_string()) pattern = p["Regex"].get<std::string>();
-    else return Status::invalid_argument(src + ": Replace normalizer needs pattern {String|Regex}");
-    DI_ASSIGN_OR_RETURN(s.pattern, Regex::compile(pattern, src + ": Replace normalizer"));
-    s.content = n.value("content", std::string());
+    DI_ASSIGN_OR_RETURN(s.pattern, compile_pattern(n, src + ": Replace normalizer"));
+    DI_RETURN_IF_ERROR(opt_string(n, "content", "", src + ": Replace normalizer", &s.content));
   } else {
     return Status::unsupported(src + ": normalizer type '" + t + "' is not supported");
   }
@@ -540,30 +562,31 @@ Status BpeTokenizer::load_pre_tokenizer(const json& p, const std::string& src) {
   PreTokenizerStep s;
   if (t == "Split") {
     s.kind = PreTokenizerStep::Kind::kSplit;
-    const json& pat = p.contains("pattern") ? p["pattern"] : json();
-    std::string pattern;
-    if (pat.is_object() && pat.contains("String") && pat["String"].is_string()) pattern = Regex::escape(pat["String"].get<std::string>());
-    else if (pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string()) pattern = pat["Regex"].get<std::string>();
-    else return Status::invalid_argument(src + ": Split pre_tokenizer needs pattern {String|Regex}");
-    DI_ASSIGN_OR_RETURN(s.regex, Regex::compile(pattern, src + ": Split pre_tokenizer"));
-    const std::string b = p.value("behavior", std::string("Isolated"));
+    const std::string where = src + ": Split pre_tokenizer";
+    DI_ASSIGN_OR_RETURN(s.regex, compile_pattern(p, where));
+    std::string b;
+    DI_RETURN_IF_ERROR(opt_string(p, "behavior", "Isolated", where, &b));
     if (b == "Removed") s.behavior = SplitBehavior::kRemoved;
     else if (b == "Isolated") s.behavior = SplitBehavior::kIsolated;
     else if (b == "MergedWithPrevious") s.behavior = SplitBehavior::kMergedWithPrevious;
     else if (b == "MergedWithNext") s.behavior = SplitBehavior::kMergedWithNext;
     else if (b == "Contiguous") s.behavior = SplitBehavior::kContiguous;
     else return Status::unsupported(src + ": Split behavior '" + b + "' is not supported");
-    s.invert = p.value("invert", false);
+    DI_RETURN_IF_ERROR(opt_bool(p, "invert", false, where, &s.invert));
   } else if (t == "ByteLevel") {
     s.kind = PreTokenizerStep::Kind::kByteLevel;
-    s.add_prefix_space = p.value("add_prefix_space", false);
-    if (p.value("use_regex", true)) {
+    bool use_regex = true;
+    DI_RETURN_IF_ERROR(opt_bool(p, "add_prefix_space", false, src + ": ByteLevel pre_tokenizer", &s.add_prefix_space));
+    DI_RETURN_IF_ERROR(opt_bool(p, "use_regex", true, src + ": ByteLevel pre_tokenizer", &use_regex));
+    if (use_regex) {
       DI_ASSIGN_OR_RETURN(s.regex, Regex::compile(kGpt2Pattern, src + ": ByteLevel"));
     }
   } else if (t == "Digits") {
     s.kind = PreTokenizerStep::Kind::kDigits;
     DI_ASSIGN_OR_RETURN(s.regex, Regex::compile("\\p{N}", src + ": Digits"));
-    s.behavior = p.value("individual_digits", false) ? SplitBehavior::kIsolated : SplitBehavior::kContiguous;
+    bool individual = false;
+    DI_RETURN_IF_ERROR(opt_bool(p, "individual_digits", false, src + ": Digits pre_tokenizer", &individual));
+    s.behavior = individual ? SplitBehavior::kIsolated : SplitBehavior::kContiguous;
   } else {
     return Status::unsupported(src + ": pre_tokenizer type '" + t + "' is not supported");
   }
@@ -588,16 +611,22 @@ Status BpeTokenizer::load_post_processor(const json& p, const std::string& src) 
     const json& specials = p.contains("special_tokens") ? p["special_tokens"] : json::object();
     bool seen_sequence = false;
     for (const json& piece : p["single"]) {
-      if (piece.contains("Sequence")) {
+      if (piece.is_object() && piece.contains("Sequence")) {
         seen_sequence = true;
         continue;
       }
-      if (!piece.contains("SpecialToken") || !piece["SpecialToken"].contains("id"))
+      if (!piece.is_object() || !piece.contains("SpecialToken") || !piece["SpecialToken"].is_object() ||
+          !piece["SpecialToken"].contains("id") || !piece["SpecialToken"]["id"].is_string())
         return Status::invalid_argument(src + ": TemplateProcessing piece must be Sequence or SpecialToken");
       const std::string name = piece["SpecialToken"]["id"].get<std::string>();
-      if (!specials.contains(name) || !specials[name].contains("ids") || !specials[name]["ids"].is_array())
+      if (!specials.is_object() || !specials.contains(name) || !specials[name].is_object() ||
+          !specials[name].contains("ids") || !specials[name]["ids"].is_array())
         return Status::invalid_argument(src + ": TemplateProcessing special token '" + name + "' has no ids");
-      for (const json& id : specials[name]["ids"]) (seen_sequence ? post_.suffix : post_.prefix).push_back(id.get<int32_t>());
+      for (const json& id : specials[name]["ids"]) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 26))
+          return Status::invalid_argument(src + ": TemplateProcessing special token '" + name + "' has a bad id");
+        (seen_sequence ? post_.suffix : post_.prefix).push_back(static_cast<int32_t>(id.get<int64_t>()));
+      }
     }
     return Status::ok();
   }
@@ -617,12 +646,14 @@ Status BpeTokenizer::load_post_processor(const json& p, const std::string& src) 
 
 Status BpeTokenizer::check_decoder(const json& d, const std::string& src) {
   if (d.is_null()) return Status::unsupported(src + ": a tokenizer without a decoder is not supported (need ByteLevel)");
-  const std::string t = d.value("type", std::string());
+  std::string t;
+  if (d.is_object()) DI_RETURN_IF_ERROR(opt_string(d, "type", "", src + ": decoder", &t));
   if (t == "ByteLevel") return Status::ok();
   if (t == "Sequence" && d.contains("decoders") && d["decoders"].is_array()) {
     bool byte_level_seen = false;
     for (const json& c : d["decoders"]) {
-      const std::string ct = c.value("type", std::string());
+      std::string ct;
+      if (c.is_object()) DI_RETURN_IF_ERROR(opt_string(c, "type", "", src + ": decoder", &ct));
       if (ct == "ByteLevel") byte_level_seen = true;
       else return Status::unsupported(src + ": decoder '" + ct + "' inside Sequence is not supported");
     }
@@ -650,11 +681,12 @@ Status BpeTokenizer::load(const json& j, const json* cfg, const std::string& src
       t.content = a["content"].get<std::string>();
       if (utf8_first_invalid(t.content) != std::string::npos)
         return Status::invalid_argument(src + ": added token " + std::to_string(t.id) + " is not valid UTF-8");
-      t.special = a.value("special", false);
-      t.lstrip = a.value("lstrip", false);
-      t.rstrip = a.value("rstrip", false);
-      t.single_word = a.value("single_word", false);
-      t.normalized = a.value("normalized", !t.special);
+      const std::string where = src + ": added token " + std::to_string(t.id);
+      DI_RETURN_IF_ERROR(opt_bool(a, "special", false, where, &t.special));
+      DI_RETURN_IF_ERROR(opt_bool(a, "lstrip", false, where, &t.lstrip));
+      DI_RETURN_IF_ERROR(opt_bool(a, "rstrip", false, where, &t.rstrip));
+      DI_RETURN_IF_ERROR(opt_bool(a, "single_word", false, where, &t.single_word));
+      DI_RETURN_IF_ERROR(opt_bool(a, "normalized", !t.special, where, &t.normalized));
       added_.push_back(std::move(t));
       vocab_size_ = std::max(vocab_size_, added_.back().id + 1);
     }

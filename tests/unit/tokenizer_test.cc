@@ -227,6 +227,16 @@ TEST(BpeTokenizer, MalformedAndUnsupportedFilesAreClearErrors) {
   j = tiny_tokenizer_json();
   j["decoder"] = {{"type", "WordPiece"}};
   expect_err(j.dump(), "decoder type 'WordPiece' is not supported");
+  // Wrongly typed fields are errors naming the field, not exceptions.
+  j = tiny_tokenizer_json();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", 5}};
+  expect_err(j.dump(), "Split pre_tokenizer: 'behavior' must be a string");
+  j = tiny_tokenizer_json();
+  j["added_tokens"][0]["special"] = "yes";
+  expect_err(j.dump(), "added token 300: 'special' must be true or false");
+  j = tiny_tokenizer_json();
+  j["decoder"] = 5;
+  expect_err(j.dump(), "decoder type '' is not supported");
   auto missing = Tokenizer::from_file("/nonexistent/tokenizer.json");
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/tokenizer.json"), std::string::npos);

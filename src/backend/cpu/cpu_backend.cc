@@ -198,7 +198,8 @@ class CpuBackend final : public Backend {
       const float* qv = q + (static_cast<size_t>(m) * H + h) * d;
       float* o = out + (static_cast<size_t>(m) * H + h) * d;
       const int b = row_begin[m], e = row_begin[m + 1];
-      std::vector<float> s(static_cast<size_t>(e - b));
+      thread_local std::vector<float> s;  // per OpenMP thread: no allocation per (token, head)
+      s.resize(static_cast<size_t>(e - b));
       float mx = sinks[h];
       for (int r = b; r < e; ++r) {
         s[r - b] = cpu::dot(qv, rows[r], d) * scale;
