@@ -1,7 +1,7 @@
 // deepinfer command-line interface. Uses only the public API in include/deepinfer/.
 //
 //   deepinfer logits   [--model DIR] --ids 5,17,42 [--chunk N] --out FILE
-//   deepinfer generate [--model DIR] --prompt-ids 5,17,42 --max-tokens N [--chunk N] [--ignore-eos]
+//   deepinfer generate [--model DIR] (--prompt TEXT | --prompt-ids IDS | --prompts IN.jsonl) [sampling flags] [--out OUT]
 //   deepinfer tokenize   (--tokenizer FILE | --model DIR) (--text TEXT | --jsonl IN) [--add-special-tokens]
 //   deepinfer detokenize (--tokenizer FILE | --model DIR) (--ids 1,2,3 | --jsonl IN) [--skip-special-tokens]
 #include <algorithm>
@@ -16,79 +16,32 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/cli/args.h"
 #include "deepinfer/model.h"
 #include "deepinfer/tokenizer.h"
 
-namespace {
-
-using deepinfer::Status;
+namespace deepinfer_cli {
 
 const char* kUsage =
     "usage:\n"
+    "  deepinfer generate [--model DIR] (--prompt TEXT | --prompt-ids 5,17,42 | --prompts IN.jsonl) [--chat]\n"
+    "                     [--temperature F] [--top-p F] [--top-k N] [--min-p F] [--repetition-penalty F]\n"
+    "                     [--presence-penalty F] [--frequency-penalty F] [--seed N] [--max-tokens N] [--min-tokens N]\n"
+    "                     [--stop S]... [--stop-token-ids 1,2] [--ignore-eos] [--logprobs N] [--keep-special-tokens]\n"
+    "                     [--out OUT.jsonl] [--max-num-seqs N] [--max-num-batched-tokens N] [--chunk N]\n"
+    "                     [--cache-mib N] [--block-size N] [--max-model-len N] [--threads N] [--no-async]\n"
+    "                     [--progress | --no-progress]\n"
+    "      batch generation; one JSON line per input, in input order: index, text, token_ids,\n"
+    "      finish_reason, logprobs (if asked), seed, timings. JSONL lines carry \"prompt\", \"messages\" or\n"
+    "      \"prompt_ids\" and optional \"sampling_params\" (vLLM names). Greedy unless --temperature > 0.\n"
     "  deepinfer logits   [--model DIR] --ids 5,17,42 [--chunk N] --out FILE\n"
     "      writes the logits of every position as little-endian float32 [T, V] and prints \"T V\"\n"
     "      --chunk N feeds the prompt N tokens at a time through the decode state (1: token by token)\n"
-    "  deepinfer generate [--model DIR] --prompt-ids 5,17,42 --max-tokens N [--chunk N] [--ignore-eos]\n"
-    "      greedy continuation; prints {\"token_ids\": [...]}\n"
     "  deepinfer tokenize   (--tokenizer FILE | --model DIR) (--text TEXT | --jsonl IN) [--add-special-tokens]\n"
     "      prints one JSON line {\"ids\": [...]} per input (JSONL lines carry \"text\"), in order\n"
     "  deepinfer detokenize (--tokenizer FILE | --model DIR) (--ids 1,2,3 | --jsonl IN) [--skip-special-tokens]\n"
     "      prints one JSON line {\"text\": \"...\"} per input (JSONL lines carry \"ids\")\n"
     "Without --model the embedded default model is used (random weights, for trying the engine).\n";
-
-struct Args {
-  std::string command;
-  std::map<std::string, std::string> opts;
-  std::vector<std::string> flags;
-};
-
-bool parse_args(int argc, char** argv, Args* a, std::string* err) {
-  if (argc < 2) {
-    *err = "missing command";
-    return false;
-  }
-  a->command = argv[1];
-  for (int i = 2; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) != 0) {
-      *err = "unexpected argument '" + s + "'";
-      return false;
-    }
-    if (s == "--ignore-eos" || s == "--help" || s == "--add-special-tokens" || s == "--skip-special-tokens") {
-      a->flags.push_back(s);
-      continue;
-    }
-    if (i + 1 >= argc) {
-      *err = "option " + s + " needs a value";
-      return false;
-    }
-    a->opts[s] = argv[++i];
-  }
-  return true;
-}
-
-bool parse_int(const std::string& s, long long lo, long long hi, long long* out) {
-  const char* b = s.data();
-  const char* e = b + s.size();
-  auto [p, ec] = std::from_chars(b, e, *out);
-  return ec == std::errc() && p == e && *out >= lo && *out <= hi;
-}
-
-Status parse_ids(const std::string& text, const char* option, std::vector<int32_t>* ids) {
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    long long v = 0;
-    if (!parse_int(item, 0, 2147483647LL, &v))
-      return Status::invalid_argument(std::string(option) + ": '" + item + "' is not a non-negative token id");
-    ids->push_back(static_cast<int32_t>(v));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (ids->empty()) return Status::invalid_argument(std::string(option) + ": no token ids given");
-  return Status::ok();
-}
 
 deepinfer::Result<std::unique_ptr<deepinfer::Model>> open_model(const Args& a) {
   auto it = a.opts.find("--model");
@@ -98,20 +51,6 @@ deepinfer::Result<std::unique_ptr<deepinfer::Model>> open_model(const Args& a) {
     return m;
   }
   return deepinfer::Model::load(it->second);
-}
-
-int fail(const Status& s) {
-  std::fprintf(stderr, "deepinfer: error: %s\n", s.to_string().c_str());
-  return 1;
-}
-
-Status check_known(const Args& a, std::initializer_list<const char*> known) {
-  for (const auto& [k, v] : a.opts) {
-    bool ok = false;
-    for (const char* n : known) ok = ok || k == n;
-    if (!ok) return Status::invalid_argument("unknown option " + k + " for '" + a.command + "'");
-  }
-  return Status::ok();
 }
 
 int run_logits(const Args& a) {
@@ -146,33 +85,6 @@ int run_logits(const Args& a) {
   if (!f) return fail(Status::io_error("writing " + out + " failed"));
   std::printf("%zu %d\n", ids.size(), V);
   return 0;
-}
-
-int run_generate(const Args& a) {
-  if (Status s = check_known(a, {"--model", "--prompt-ids", "--max-tokens", "--chunk"}); !s.is_ok()) return fail(s);
-  if (!a.opts.count("--prompt-ids")) return fail(Status::invalid_argument("generate: --prompt-ids is required"));
-  std::vector<int32_t> ids;
-  if (Status s = parse_ids(a.opts.at("--prompt-ids"), "--prompt-ids", &ids); !s.is_ok()) return fail(s);
-  long long max_tokens = 16, chunk = 0;
-  if (a.opts.count("--max-tokens") && !parse_int(a.opts.at("--max-tokens"), 1, 1 << 30, &max_tokens))
-    return fail(Status::invalid_argument("--max-tokens must be a positive integer"));
-  if (a.opts.count("--chunk") && !parse_int(a.opts.at("--chunk"), 1, 1 << 30, &chunk))
-    return fail(Status::invalid_argument("--chunk must be a positive integer"));
-  bool ignore_eos = false;
-  for (const auto& f : a.flags) ignore_eos = ignore_eos || f == "--ignore-eos";
-  auto model = open_model(a);
-  if (!model.is_ok()) return fail(model.status());
-  auto toks = (*model)->generate_greedy(ids, static_cast<int>(max_tokens), static_cast<int>(chunk), !ignore_eos);
-  if (!toks.is_ok()) return fail(toks.status());
-  std::string out = "{\"token_ids\": [";
-  for (size_t i = 0; i < toks->size(); ++i) out += (i ? ", " : "") + std::to_string((*toks)[i]);
-  out += "]}";
-  std::printf("%s\n", out.c_str());
-  return 0;
-}
-
-bool has_flag(const Args& a, const char* flag) {
-  return std::find(a.flags.begin(), a.flags.end(), flag) != a.flags.end();
 }
 
 deepinfer::Result<std::unique_ptr<deepinfer::Tokenizer>> open_tokenizer(const Args& a) {
@@ -274,9 +186,10 @@ int run_detokenize(const Args& a) {
   });
 }
 
-}  // namespace
+}  // namespace deepinfer_cli
 
 int main(int argc, char** argv) {
+  using namespace deepinfer_cli;
   Args a;
   std::string err;
   if (!parse_args(argc, argv, &a, &err)) {

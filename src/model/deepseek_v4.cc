@@ -15,6 +15,14 @@ namespace deepinfer::model {
 
 using backend::HcMix;
 
+struct DeepSeekV4::Step {
+  std::span<const SeqChunk> seqs;
+  int T = 0;                    // tokens in the step
+  std::vector<int> offset;      // [seqs + 1] first token of each sequence
+  std::vector<int64_t> pos;     // [T] absolute positions
+  std::vector<int32_t> tokens;  // [T]
+};
+
 DeepSeekV4::DeepSeekV4(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend)
     : config_(config),
       weights_(weights),
@@ -22,35 +30,56 @@ DeepSeekV4::DeepSeekV4(const ModelConfig& config, const ModelWeights& weights, b
       rope_main_(backend::make_rope_table(config.rope_main, config.rope_head_dim)),
       rope_compress_(backend::make_rope_table(config.rope_compress, config.rope_head_dim)) {}
 
-DecodeState DeepSeekV4::new_state() const {
-  DecodeState s;
-  s.layers.resize(config_.num_layers);
-  return s;
-}
-
-Status DeepSeekV4::forward(DecodeState& state, std::span<const int32_t> tokens, std::vector<float>* logits) const {
+Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache, std::vector<float>* logits) const {
   const ModelConfig& c = config_;
-  const int T = static_cast<int>(tokens.size());
-  for (int t = 0; t < T; ++t)
-    if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
-      return Status::invalid_argument("token id " + std::to_string(tokens[t]) + " at position " +
-                                      std::to_string(state.num_tokens + t) + " is outside the vocabulary [0, " +
-                                      std::to_string(c.vocab_size) + ")");
-  if (state.layers.size() != static_cast<size_t>(c.num_layers))
-    return Status::invalid_argument("decode state does not belong to this model");
-  logits->assign(static_cast<size_t>(T) * c.vocab_size, 0.0f);
-  if (T == 0) return Status::ok();
+  const StateCacheShape& shape = cache.shape();
+  if (shape.layers.size() != static_cast<size_t>(c.num_layers) || shape.window_rows != c.sliding_window)
+    return Status::invalid_argument("state cache does not belong to this model");
+  Step st;
+  st.seqs = batch;
+  st.offset.push_back(0);
+  size_t n_logit_rows = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SeqChunk& q = batch[s];
+    const std::string who = "sequence " + std::to_string(s) + " of the batch";
+    for (size_t t = 0; t < q.tokens.size(); ++t)
+      if (q.tokens[t] < 0 || q.tokens[t] >= c.vocab_size)
+        return Status::invalid_argument("token id " + std::to_string(q.tokens[t]) + " at position " +
+                                        std::to_string(q.start + static_cast<int64_t>(t)) + " of " + who +
+                                        " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    if (q.slot < 0 || q.slot >= cache.num_slots())
+      return Status::invalid_argument(who + " names state slot " + std::to_string(q.slot) + " of " +
+                                      std::to_string(cache.num_slots()));
+    const int64_t end = q.start + static_cast<int64_t>(q.tokens.size());
+    if (q.start < 0) return Status::invalid_argument(who + " starts at a negative position");
+    if (shape.page_floats > 0) {
+      const int64_t need = (end + shape.block_size - 1) / shape.block_size;
+      if (static_cast<int64_t>(q.block_table.size()) < need)
+        return Status::invalid_argument(who + " needs " + std::to_string(need) + " pages for " + std::to_string(end) +
+                                        " positions, its block table has " + std::to_string(q.block_table.size()));
+      for (int b : q.block_table)
+        if (b < 0 || b >= cache.num_blocks())
+          return Status::invalid_argument(who + " names page " + std::to_string(b) + " of " +
+                                          std::to_string(cache.num_blocks()));
+    }
+    for (size_t t = 0; t < q.tokens.size(); ++t) {
+      st.pos.push_back(q.start + static_cast<int64_t>(t));
+      st.tokens.push_back(q.tokens[t]);
+    }
+    st.offset.push_back(static_cast<int>(st.pos.size()));
+    n_logit_rows += q.logits == LogitRows::kAll ? q.tokens.size() : (q.tokens.empty() || q.logits == LogitRows::kNone ? 0 : 1);
+  }
+  st.T = static_cast<int>(st.pos.size());
+  logits->assign(n_logit_rows * c.vocab_size, 0.0f);
+  if (st.T == 0) return Status::ok();
 
-  const int D = c.hidden_size, hc = c.hc_mult;
-  std::vector<int64_t> pos(T);
-  for (int t = 0; t < T; ++t) pos[t] = state.num_tokens + t;
-
+  const int T = st.T, D = c.hidden_size, hc = c.hc_mult;
   // Residual streams X[T, hc, D]: hc copies of the embedding (§4.1).
   std::vector<float> X(static_cast<size_t>(T) * hc * D);
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < hc; ++i)
-      std::memcpy(&X[(static_cast<size_t>(t) * hc + i) * D], &weights_.embed.data[static_cast<size_t>(tokens[t]) * D],
-                  D * sizeof(float));
+      std::memcpy(&X[(static_cast<size_t>(t) * hc + i) * D],
+                  &weights_.embed.data[static_cast<size_t>(st.tokens[t]) * D], D * sizeof(float));
 
   std::vector<float> collapsed(static_cast<size_t>(T) * D), normed(collapsed.size()), sub_out(collapsed.size());
   HcMix mix;
@@ -59,101 +88,118 @@ Status DeepSeekV4::forward(DecodeState& state, std::span<const int32_t> tokens, 
     const LayerWeights& L = weights_.layers[l];
     backend_.hc_pre(X.data(), T, hc, D, L.hc_attn, c.hc_sinkhorn_iters, hc_eps, norm_eps, collapsed.data(), &mix);
     backend_.rms_norm(collapsed.data(), T, D, L.attn_norm.data(), norm_eps, normed.data());
-    attention(L, l, state.layers[l], normed.data(), T, pos.data(), sub_out.data());
+    attention(L, l, st, cache, normed.data(), sub_out.data());
     backend_.hc_post(X.data(), sub_out.data(), T, hc, D, mix);
 
     backend_.hc_pre(X.data(), T, hc, D, L.hc_ffn, c.hc_sinkhorn_iters, hc_eps, norm_eps, collapsed.data(), &mix);
     backend_.rms_norm(collapsed.data(), T, D, L.ffn_norm.data(), norm_eps, normed.data());
-    moe(L, l, normed.data(), T, tokens, sub_out.data());
+    moe(L, l, normed.data(), T, st.tokens, sub_out.data());
     backend_.hc_post(X.data(), sub_out.data(), T, hc, D, mix);
   }
-  backend_.hc_head(X.data(), T, hc, D, weights_.hc_head_fn, weights_.hc_head_base.data(),
+  // Only the rows that produce logits go through the head.
+  std::vector<int> rows;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const int b = st.offset[s], e = st.offset[s + 1];
+    if (b == e || batch[s].logits == LogitRows::kNone) continue;
+    for (int t = batch[s].logits == LogitRows::kAll ? b : e - 1; t < e; ++t) rows.push_back(t);
+  }
+  const int R = static_cast<int>(rows.size());
+  if (R == 0) return Status::ok();
+  std::vector<float> Xr(static_cast<size_t>(R) * hc * D);
+  for (int r = 0; r < R; ++r)
+    std::memcpy(&Xr[static_cast<size_t>(r) * hc * D], &X[static_cast<size_t>(rows[r]) * hc * D],
+                static_cast<size_t>(hc) * D * sizeof(float));
+  backend_.hc_head(Xr.data(), R, hc, D, weights_.hc_head_fn, weights_.hc_head_base.data(),
                    weights_.hc_head_scale.data(), hc_eps, norm_eps, collapsed.data());
-  backend_.rms_norm(collapsed.data(), T, D, weights_.norm.data(), norm_eps, normed.data());
-  backend_.linear(normed.data(), T, weights_.head, logits->data());
-  state.num_tokens += T;
+  backend_.rms_norm(collapsed.data(), R, D, weights_.norm.data(), norm_eps, normed.data());
+  backend_.linear(normed.data(), R, weights_.head, logits->data());
   return Status::ok();
 }
 
-// Feeds T tokens' projections through one compressor (§4.6) and appends one pooled row for every
+// Feeds T tokens' projections through one compressor (§4.6) and stores one pooled row for every
 // window that closes. HCA (overlap=false): a row pools the `ratio` tokens of its window. CSA
 // (overlap=true, width = 2*head): a row pools series A of the previous window and series B of its
 // own, 2*ratio slots under one softmax per channel. New rows are normed, rotated to the position of
-// their window's first token and appended to `rows_out` ([rows, head]).
-void DeepSeekV4::run_compressor(const CompressorWeights& w, int ratio, bool overlap, int head, const float* x, int T,
-                                const int64_t* pos, CompressorState& cs, std::vector<float>* rows_out) const {
-  DI_CHECK(rows_out->size() == static_cast<size_t>(cs.n_rows) * head, "compressed rows out of step with their compressor");
+// their window's first token and written to the page of that position.
+void DeepSeekV4::compress(const CompressorWeights& w, const CompressorSlotLayout& cl, int ratio, bool overlap,
+                          int head, const float* a, const float* z, int T, int64_t start, float* slot,
+                          StateStorage& cache, std::span<const int> block_table, size_t page_offset,
+                          int rows_per_page) const {
   const int width = overlap ? 2 * head : head;
-  std::vector<float> a(static_cast<size_t>(T) * width), z(a.size());
-  backend_.linear(x, T, w.wkv, a.data());
-  backend_.linear(x, T, w.wgate, z.data());
-  cs.buf_kv.resize(static_cast<size_t>(ratio) * width);
-  cs.buf_gate.resize(cs.buf_kv.size());
+  float* buf_kv = slot + cl.buf_kv;
+  float* buf_gate = slot + cl.buf_gate;
+  float* prev_kv = slot + cl.prev_kv;
+  float* prev_gate = slot + cl.prev_gate;
+  const int first_row = static_cast<int>(start / ratio);
   std::vector<const float*> kv_ptr, gate_ptr;
-  std::vector<float> row(head);
+  std::vector<float> fresh;  // [n_new, head]
+  int rows_done = first_row;
   for (int t = 0; t < T; ++t) {
-    const int slot = static_cast<int>(pos[t] % ratio);
-    DI_CHECK(slot == cs.n_buf, "compressor buffer out of step: slot %d, buffered %d", slot, cs.n_buf);
-    float* bk = &cs.buf_kv[static_cast<size_t>(slot) * width];
-    float* bg = &cs.buf_gate[static_cast<size_t>(slot) * width];
-    const float* ape = &w.ape[static_cast<size_t>(slot) * width];
+    const int64_t p = start + t;
+    const int s = static_cast<int>(p % ratio);
+    float* bk = buf_kv + static_cast<size_t>(s) * width;
+    float* bg = buf_gate + static_cast<size_t>(s) * width;
+    const float* ape = &w.ape[static_cast<size_t>(s) * width];
     for (int i = 0; i < width; ++i) {
       bk[i] = a[static_cast<size_t>(t) * width + i];
       bg[i] = z[static_cast<size_t>(t) * width + i] + ape[i];
     }
-    if (++cs.n_buf < ratio) continue;
+    if (s + 1 < ratio) continue;
     // Window closed: pool it.
     kv_ptr.clear();
     gate_ptr.clear();
     if (overlap) {
-      for (int s = 0; s < ratio; ++s) {  // series A of the previous window (absent for row 0)
-        kv_ptr.push_back(cs.has_prev ? &cs.prev_kv[static_cast<size_t>(s) * head] : nullptr);
-        gate_ptr.push_back(cs.has_prev ? &cs.prev_gate[static_cast<size_t>(s) * head] : nullptr);
+      const bool has_prev = rows_done > 0;  // series A of the previous window (absent for row 0)
+      for (int i = 0; i < ratio; ++i) {
+        kv_ptr.push_back(has_prev ? prev_kv + static_cast<size_t>(i) * head : nullptr);
+        gate_ptr.push_back(has_prev ? prev_gate + static_cast<size_t>(i) * head : nullptr);
       }
-      for (int s = 0; s < ratio; ++s) {  // series B of this window
-        kv_ptr.push_back(&cs.buf_kv[static_cast<size_t>(s) * width + head]);
-        gate_ptr.push_back(&cs.buf_gate[static_cast<size_t>(s) * width + head]);
+      for (int i = 0; i < ratio; ++i) {  // series B of this window
+        kv_ptr.push_back(buf_kv + static_cast<size_t>(i) * width + head);
+        gate_ptr.push_back(buf_gate + static_cast<size_t>(i) * width + head);
       }
     } else {
-      for (int s = 0; s < ratio; ++s) {
-        kv_ptr.push_back(&cs.buf_kv[static_cast<size_t>(s) * width]);
-        gate_ptr.push_back(&cs.buf_gate[static_cast<size_t>(s) * width]);
+      for (int i = 0; i < ratio; ++i) {
+        kv_ptr.push_back(buf_kv + static_cast<size_t>(i) * width);
+        gate_ptr.push_back(buf_gate + static_cast<size_t>(i) * width);
       }
     }
-    backend_.compress_pool(kv_ptr, gate_ptr, 1, static_cast<int>(kv_ptr.size()), head, row.data());
-    rows_out->insert(rows_out->end(), row.begin(), row.end());
+    fresh.resize(fresh.size() + head);
+    backend_.compress_pool(kv_ptr, gate_ptr, 1, static_cast<int>(kv_ptr.size()), head, fresh.data() + fresh.size() - head);
     if (overlap) {  // keep series A of this window for the next row
-      cs.prev_kv.resize(static_cast<size_t>(ratio) * head);
-      cs.prev_gate.resize(cs.prev_kv.size());
-      for (int s = 0; s < ratio; ++s) {
-        std::memcpy(&cs.prev_kv[static_cast<size_t>(s) * head], &cs.buf_kv[static_cast<size_t>(s) * width],
-                    head * sizeof(float));
-        std::memcpy(&cs.prev_gate[static_cast<size_t>(s) * head], &cs.buf_gate[static_cast<size_t>(s) * width],
+      for (int i = 0; i < ratio; ++i) {
+        std::memcpy(prev_kv + static_cast<size_t>(i) * head, buf_kv + static_cast<size_t>(i) * width, head * sizeof(float));
+        std::memcpy(prev_gate + static_cast<size_t>(i) * head, buf_gate + static_cast<size_t>(i) * width,
                     head * sizeof(float));
       }
-      cs.has_prev = true;
     }
-    cs.n_buf = 0;
+    ++rows_done;
   }
-  const int first_row = cs.n_rows;
-  const int n_new = static_cast<int>(rows_out->size() / head) - first_row;
+  const int n_new = rows_done - first_row;
   if (n_new == 0) return;
-  float* fresh = rows_out->data() + static_cast<size_t>(first_row) * head;
-  backend_.rms_norm(fresh, n_new, head, w.norm.data(), static_cast<float>(config_.rms_norm_eps), fresh);
+  backend_.rms_norm(fresh.data(), n_new, head, w.norm.data(), static_cast<float>(config_.rms_norm_eps), fresh.data());
   std::vector<int64_t> rpos(n_new);
   for (int r = 0; r < n_new; ++r) rpos[r] = static_cast<int64_t>(first_row + r) * ratio;
-  backend_.rope(fresh, n_new, 1, head, rpos.data(), rope_compress_, false);
-  cs.n_rows += n_new;
+  backend_.rope(fresh.data(), n_new, 1, head, rpos.data(), rope_compress_, false);
+  for (int r = 0; r < n_new; ++r) {
+    const int row = first_row + r;
+    float* dst = cache.page(block_table[row / rows_per_page]) + page_offset +
+                 static_cast<size_t>(row % rows_per_page) * head;
+    std::memcpy(dst, fresh.data() + static_cast<size_t>(r) * head, head * sizeof(float));
+  }
 }
 
-void DeepSeekV4::attention(const LayerWeights& L, int layer, LayerState& S, const float* x, int T, const int64_t* pos,
+void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, StateStorage& cache, const float* x,
                            float* out) const {
   const ModelConfig& c = config_;
-  const int H = c.num_heads, hd = c.head_dim;
+  const int T = st.T, H = c.num_heads, hd = c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const AttentionKind kind = c.layer_kinds[layer];
   const int ratio = c.compress_ratio[layer];
   const backend::RopeTable& rope = kind == AttentionKind::kSliding ? rope_main_ : rope_compress_;
+  const LayerCacheLayout& CL = cache.shape().layers[layer];
+  const int64_t* pos = st.pos.data();
+  const size_t nseq = st.seqs.size();
 
   // Queries (§4.4): low-rank q with q_norm, per-head unweighted RMS norm, RoPE on the tail.
   std::vector<float> qr(static_cast<size_t>(T) * c.q_lora_rank);
@@ -171,90 +217,114 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, LayerState& S, cons
   backend_.rope(kv.data(), T, 1, hd, pos, rope, false);
 
   // Compressed rows (§4.6): emitted for every window that closes inside this chunk.
-  if (L.has_compressor)
-    run_compressor(L.compressor, ratio, kind == AttentionKind::kCsa, hd, x, T, pos, S.compressor, &S.compressed);
+  if (L.has_compressor) {
+    const int width = kind == AttentionKind::kCsa ? 2 * hd : hd;
+    std::vector<float> a(static_cast<size_t>(T) * width), z(a.size());
+    backend_.linear(x, T, L.compressor.wkv, a.data());
+    backend_.linear(x, T, L.compressor.wgate, z.data());
+    for (size_t s = 0; s < nseq; ++s) {
+      const int b = st.offset[s], n = st.offset[s + 1] - b;
+      if (n == 0) continue;
+      compress(L.compressor, CL.compressor, ratio, kind == AttentionKind::kCsa, hd, &a[static_cast<size_t>(b) * width],
+               &z[static_cast<size_t>(b) * width], n, st.seqs[s].start, cache.slot(st.seqs[s].slot), cache,
+               st.seqs[s].block_table, CL.rows, CL.rows_per_page);
+    }
+  }
+  auto compressed_row = [&](size_t s, int r) -> const float* {
+    return cache.page(st.seqs[s].block_table[r / CL.rows_per_page]) + CL.rows + static_cast<size_t>(r % CL.rows_per_page) * hd;
+  };
 
   // Lightning indexer (§4.7): its own compressor gives keys; queries pick top-k visible rows.
   std::vector<std::vector<int>> selected(T);
   if (L.has_indexer) {
     const int ih = c.index_head_dim, nI = c.index_n_heads;
-    run_compressor(L.indexer.compressor, ratio, true, ih, x, T, pos, S.index_compressor, &S.index_keys);
+    std::vector<float> a(static_cast<size_t>(T) * 2 * ih), z(a.size());
+    backend_.linear(x, T, L.indexer.compressor.wkv, a.data());
+    backend_.linear(x, T, L.indexer.compressor.wgate, z.data());
     std::vector<float> qi(static_cast<size_t>(T) * nI * ih), wts(static_cast<size_t>(T) * nI);
     backend_.linear(qr.data(), T, L.indexer.wq_b, qi.data());
     backend_.rope(qi.data(), T, nI, ih, pos, rope_compress_, false);
     backend_.linear(x, T, L.indexer.weights_proj, wts.data());
     const float wscale = 1.0f / std::sqrt(static_cast<float>(nI));
     for (float& v : wts) v *= wscale;
-    const int total = S.index_compressor.n_rows;
-    std::vector<int> nvis(T);
-    for (int t = 0; t < T; ++t) nvis[t] = std::min<int>(static_cast<int>((pos[t] + 1) / ratio), total);
-    std::vector<float> score(static_cast<size_t>(T) * std::max(total, 1));
-    backend_.indexer_scores(qi.data(), wts.data(), T, nI, ih, S.index_keys.data(), nvis.data(),
-                            1.0f / std::sqrt(static_cast<float>(ih)), score.data(), std::max(total, 1));
-    for (int t = 0; t < T; ++t) {
-      const float* sc = &score[static_cast<size_t>(t) * std::max(total, 1)];
-      std::vector<int> idx = topk_indices(sc, nvis[t], c.index_topk);
-      std::sort(idx.begin(), idx.end());  // attend in row order: a fixed summation order
-      selected[t] = std::move(idx);
+    std::vector<float> keys, score;
+    for (size_t s = 0; s < nseq; ++s) {
+      const int b = st.offset[s], n = st.offset[s + 1] - b;
+      if (n == 0) continue;
+      const SeqChunk& sq = st.seqs[s];
+      compress(L.indexer.compressor, CL.index_compressor, ratio, true, ih, &a[static_cast<size_t>(b) * 2 * ih],
+               &z[static_cast<size_t>(b) * 2 * ih], n, sq.start, cache.slot(sq.slot), cache, sq.block_table,
+               CL.index_keys, CL.rows_per_page);
+      // This sequence's keys, gathered from its pages into one [total, ih] array.
+      const int total = static_cast<int>((sq.start + n) / ratio);
+      keys.resize(static_cast<size_t>(std::max(total, 1)) * ih);
+      for (int r = 0; r < total; ++r)
+        std::memcpy(&keys[static_cast<size_t>(r) * ih],
+                    cache.page(sq.block_table[r / CL.rows_per_page]) + CL.index_keys +
+                        static_cast<size_t>(r % CL.rows_per_page) * ih,
+                    ih * sizeof(float));
+      std::vector<int> nvis(n);
+      for (int t = 0; t < n; ++t) nvis[t] = std::min<int>(static_cast<int>((pos[b + t] + 1) / ratio), total);
+      const int stride = std::max(total, 1);
+      score.resize(static_cast<size_t>(n) * stride);
+      backend_.indexer_scores(&qi[static_cast<size_t>(b) * nI * ih], &wts[static_cast<size_t>(b) * nI], n, nI, ih,
+                              keys.data(), nvis.data(), 1.0f / std::sqrt(static_cast<float>(ih)), score.data(), stride);
+      for (int t = 0; t < n; ++t) {
+        std::vector<int> idx = topk_indices(&score[static_cast<size_t>(t) * stride], nvis[t], c.index_topk);
+        std::sort(idx.begin(), idx.end());  // attend in row order: a fixed summation order
+        selected[b + t] = std::move(idx);
+      }
     }
   }
 
-  // KV rows each query attends to: window rows (oldest first), then compressed rows (§4.5).
+  // KV rows each query attends to: window rows (oldest first), then compressed rows (§4.5). Window
+  // rows before the chunk come from the sequence's ring, the chunk's own rows from `kv`.
   const int W = c.sliding_window;
-  const int n_old = static_cast<int>(S.window.size() / hd);
-  const int64_t p0 = pos[0];
   std::vector<const float*> rows;
   std::vector<int> row_begin(T + 1, 0);
-  for (int t = 0; t < T; ++t) {
-    row_begin[t] = static_cast<int>(rows.size());
-    const int64_t first = std::max<int64_t>(0, pos[t] - W + 1);
-    for (int64_t p = first; p <= pos[t]; ++p) {
-      if (p < p0) {
-        const int64_t i = n_old - (p0 - p);
-        DI_CHECK(i >= 0, "window row for position %lld was evicted", static_cast<long long>(p));
-        rows.push_back(&S.window[static_cast<size_t>(i) * hd]);
-      } else {
-        rows.push_back(&kv[static_cast<size_t>(p - p0) * hd]);
+  for (size_t s = 0; s < nseq; ++s) {
+    const int b = st.offset[s];
+    const int64_t p0 = st.seqs[s].start;
+    const float* ring = cache.slot(st.seqs[s].slot) + CL.window;
+    for (int t = b; t < st.offset[s + 1]; ++t) {
+      row_begin[t] = static_cast<int>(rows.size());
+      const int64_t first = std::max<int64_t>(0, pos[t] - W + 1);
+      for (int64_t p = first; p <= pos[t]; ++p)
+        rows.push_back(p < p0 ? ring + static_cast<size_t>(p % W) * hd : &kv[static_cast<size_t>(b + (p - p0)) * hd]);
+      if (kind == AttentionKind::kHca) {
+        const int n = static_cast<int>((pos[t] + 1) / ratio);
+        for (int r = 0; r < n; ++r) rows.push_back(compressed_row(s, r));
+      } else if (kind == AttentionKind::kCsa) {
+        for (int r : selected[t]) rows.push_back(compressed_row(s, r));
       }
-    }
-    if (kind == AttentionKind::kHca) {
-      const int n = static_cast<int>((pos[t] + 1) / ratio);
-      for (int r = 0; r < n; ++r) rows.push_back(&S.compressed[static_cast<size_t>(r) * hd]);
-    } else if (kind == AttentionKind::kCsa) {
-      for (int r : selected[t]) rows.push_back(&S.compressed[static_cast<size_t>(r) * hd]);
     }
   }
   row_begin[T] = static_cast<int>(rows.size());
   std::vector<float> o(static_cast<size_t>(T) * H * hd);
   backend_.sink_attention(q.data(), T, H, hd, rows, row_begin, L.attn_sink.data(), 1.0f / std::sqrt(static_cast<float>(hd)),
                           o.data());
+  // Now that every query has read the ring, store each sequence's newest W raw rows in it.
+  for (size_t s = 0; s < nseq; ++s) {
+    const int b = st.offset[s], e = st.offset[s + 1];
+    float* ring = cache.slot(st.seqs[s].slot) + CL.window;
+    for (int t = std::max(b, e - W); t < e; ++t)
+      std::memcpy(ring + static_cast<size_t>(pos[t] % W) * hd, &kv[static_cast<size_t>(t) * hd], hd * sizeof(float));
+  }
   // V carried RoPE on its tail; rotating the output back by the query position makes it relative.
   backend_.rope(o.data(), T, H, hd, pos, rope, true);
 
   // Grouped low-rank output projection: heads split into o_groups groups, each to o_lora_rank.
   const int G = c.o_groups, gw = H * hd / G, R = c.o_lora_rank;
-  std::vector<float> gin(static_cast<size_t>(T) * gw), gout(static_cast<size_t>(T) * R), z(static_cast<size_t>(T) * G * R);
+  std::vector<float> gin(static_cast<size_t>(T) * gw), gout(static_cast<size_t>(T) * R), zo(static_cast<size_t>(T) * G * R);
   for (int g = 0; g < G; ++g) {
     for (int t = 0; t < T; ++t)
       std::memcpy(&gin[static_cast<size_t>(t) * gw], &o[static_cast<size_t>(t) * H * hd + static_cast<size_t>(g) * gw],
                   gw * sizeof(float));
     backend_.linear(gin.data(), T, L.wo_a[g], gout.data());
     for (int t = 0; t < T; ++t)
-      std::memcpy(&z[(static_cast<size_t>(t) * G + g) * R], &gout[static_cast<size_t>(t) * R], R * sizeof(float));
+      std::memcpy(&zo[(static_cast<size_t>(t) * G + g) * R], &gout[static_cast<size_t>(t) * R], R * sizeof(float));
   }
-  backend_.linear(z.data(), T, L.wo_b, out);
-
-  // Keep the last W-1 raw rows for the next chunk.
-  const int keep = W - 1;
-  std::vector<float> win;
-  const int total_rows = n_old + T;
-  const int start = std::max(0, total_rows - keep);
-  win.reserve(static_cast<size_t>(total_rows - start) * hd);
-  for (int r = start; r < total_rows; ++r) {
-    const float* src = r < n_old ? &S.window[static_cast<size_t>(r) * hd] : &kv[static_cast<size_t>(r - n_old) * hd];
-    win.insert(win.end(), src, src + hd);
-  }
-  S.window = std::move(win);
+  backend_.linear(zo.data(), T, L.wo_b, out);
 }
 
 void DeepSeekV4::moe(const LayerWeights& L, int layer, const float* x, int T, std::span<const int32_t> tokens,

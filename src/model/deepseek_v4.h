@@ -1,9 +1,12 @@
 // The DeepSeek-V4 forward pass, written once against backend::Backend.
 //
-// forward() consumes a chunk of tokens that continue a request whose state is in DecodeState, and
-// returns the logits of every position of the chunk. A whole prompt, any chunking of it and
-// token-by-token decode give the same logits bitwise: every op computes a token's row with an
-// arithmetic sequence that does not depend on the chunk (see backend.h).
+// forward() runs one step over a batch of sequences: each contributes a chunk of tokens that
+// continues its state in the paged state cache (a prompt chunk, a whole prompt, or one decode
+// token), all in one flattened pass: every token-wise op (projections, norms, mHC, MoE) runs over
+// the concatenated tokens; attention, the compressors and the indexer run per sequence against its
+// slot and pages. A sequence's logits are bitwise the same alone, in any batch, under any chunking:
+// every op computes a token's row with an arithmetic sequence that depends only on that row and on
+// the sequence's own state (see backend.h).
 #pragma once
 
 #include <cstdint>
@@ -13,52 +16,44 @@
 #include "backend/backend.h"
 #include "deepinfer/status.h"
 #include "model/config.h"
+#include "model/state_cache.h"
 #include "model/weights.h"
 
 namespace deepinfer::model {
 
-// Compressor state between chunks (one per compressor: the main one and the indexer's).
-struct CompressorState {
-  std::vector<float> buf_kv;    // [n_buf, width] projections of the open window's tokens
-  std::vector<float> buf_gate;  // [n_buf, width] gate projections + ape (position-in-window bias)
-  int n_buf = 0;
-  // CSA only: series A (first head dims) of the last closed window, kv and gate(+ape): [ratio, head].
-  std::vector<float> prev_kv, prev_gate;
-  bool has_prev = false;
-  int n_rows = 0;  // compressed rows emitted so far
-};
+enum class LogitRows { kNone, kLast, kAll };
 
-// What one request keeps per layer between forward calls.
-struct LayerState {
-  std::vector<float> window;      // [n, head_dim] raw KV rows of the last n <= sliding_window-1 positions, oldest first
-  std::vector<float> compressed;  // [rows, head_dim] compressed KV rows (after norm and RoPE)
-  CompressorState compressor;
-  std::vector<float> index_keys;  // [rows, index_head_dim] indexer keys (CSA)
-  CompressorState index_compressor;
-};
-
-struct DecodeState {
-  int64_t num_tokens = 0;  // positions consumed so far
-  std::vector<LayerState> layers;
+// One sequence's part of a step: tokens at positions [start, start + tokens.size()).
+struct SeqChunk {
+  std::span<const int32_t> tokens;
+  int64_t start = 0;
+  int slot = 0;                      // state slot in the StateStorage
+  std::span<const int> block_table;  // pages; must cover every position up to start + tokens.size()
+  LogitRows logits = LogitRows::kLast;  // which positions' logits rows to produce
 };
 
 class DeepSeekV4 {
  public:
   DeepSeekV4(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend);
 
-  DecodeState new_state() const;
-
-  // tokens[T] continue `state`; logits[T, vocab] are written (resized). Token ids must be in range
-  // (checked: an out-of-range id is an error naming it, and the state is left unchanged).
-  Status forward(DecodeState& state, std::span<const int32_t> tokens, std::vector<float>* logits) const;
+  // Runs the batch; logits gets one [vocab] row per requested position, sequences in order
+  // (every row, the last one or none, as each SeqChunk asks). Errors (nothing changed): a token id
+  // outside the vocabulary (naming sequence and position), a bad slot, a block table too short.
+  Status forward(std::span<const SeqChunk> batch, StateStorage& cache, std::vector<float>* logits) const;
 
   const ModelConfig& config() const { return config_; }
 
  private:
-  void attention(const LayerWeights& L, int layer, LayerState& S, const float* x, int T, const int64_t* pos,
+  struct Step;  // the flattened batch: positions, offsets, sequence of each token
+
+  void attention(const LayerWeights& L, int layer, const Step& st, StateStorage& cache, const float* x,
                  float* out) const;
-  void run_compressor(const CompressorWeights& w, int ratio, bool overlap, int head, const float* x, int T,
-                      const int64_t* pos, CompressorState& cs, std::vector<float>* rows_out) const;
+  // Feeds one sequence's T projections (a: kv, z: gate, [T, width] each) through a compressor whose
+  // state is in `slot`; each window that closes yields one row, normed, rotated and stored in the
+  // sequence's pages at `page_offset` (rows_per_page rows of `head` floats per page).
+  void compress(const CompressorWeights& w, const CompressorSlotLayout& cl, int ratio, bool overlap, int head,
+                const float* a, const float* z, int T, int64_t start, float* slot, StateStorage& cache,
+                std::span<const int> block_table, size_t page_offset, int rows_per_page) const;
   void moe(const LayerWeights& L, int layer, const float* x, int T, std::span<const int32_t> tokens, float* out) const;
 
   const ModelConfig& config_;

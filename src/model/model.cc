@@ -6,41 +6,68 @@
 #include "deepinfer/model.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "base/check.h"
 #include "model/deepseek_v4.h"
-#include "model/default_model.h"
+#include "model/loaded_model.h"
 #include "model/weights.h"
 
 namespace deepinfer {
 
 namespace {
 
-constexpr uint64_t kDefaultModelSeed = 20260424;
-
+// A session is a one-slot state cache whose pages grow as the sequence does (block table 0, 1, ...).
 class SessionImpl final : public Session {
  public:
-  explicit SessionImpl(model::DecodeState s) : state(std::move(s)) {}
-  int64_t num_tokens() const override { return state.num_tokens; }
-  model::DecodeState state;
+  explicit SessionImpl(const model::StateCacheShape& shape) : storage(shape, 1, 0) {}
+  int64_t num_tokens() const override { return num_tokens_; }
+  model::StateStorage storage;
+  int64_t num_tokens_ = 0;
 };
+
+ModelInfo make_info(const model::ModelConfig& c, const std::string& layout, const std::string& description) {
+  ModelInfo i;
+  i.vocab_size = c.vocab_size;
+  i.hidden_size = c.hidden_size;
+  i.num_layers = c.num_layers;
+  i.eos_token_id = c.eos_token_id;
+  i.layout = layout;
+  i.description = description;
+  return i;
+}
+
+model::StateCacheShape make_shape(const model::ModelConfig& c) {
+  Result<model::StateCacheShape> s = model::make_state_cache_shape(c, model::default_block_size(c));
+  DI_CHECK(s.is_ok(), "default block size is valid by construction");
+  return std::move(s).value();
+}
 
 class ModelImpl final : public Model {
  public:
-  ModelImpl(model::ModelConfig config, model::ModelWeights weights, ModelInfo info, io::SafetensorsSet files = {})
-      : files_(std::move(files)),
-        config_(std::move(config)),
-        weights_(std::move(weights)),
+  explicit ModelImpl(std::unique_ptr<model::LoadedModel> m)
+      : m_(std::move(m)),
+        config_(m_->config),
         backend_(backend::make_cpu_backend()),
-        net_(config_, weights_, *backend_),
-        info_(std::move(info)) {}
+        net_(m_->config, m_->weights, *backend_),
+        shape_(make_shape(m_->config)),
+        info_(make_info(m_->config, m_->layout, m_->description)) {}
 
   const ModelInfo& info() const override { return info_; }
 
-  std::unique_ptr<Session> new_session() const override { return std::make_unique<SessionImpl>(net_.new_state()); }
+  std::unique_ptr<Session> new_session() const override { return std::make_unique<SessionImpl>(shape_); }
 
   Status forward(Session& session, std::span<const int32_t> tokens, std::vector<float>* logits) const override {
     auto* s = dynamic_cast<SessionImpl*>(&session);
     if (s == nullptr) return Status::invalid_argument("session was not created by this model");
-    return net_.forward(s->state, tokens, logits);
+    const int64_t end = s->num_tokens_ + static_cast<int64_t>(tokens.size());
+    const int pages = shape_.page_floats > 0 ? static_cast<int>((end + shape_.block_size - 1) / shape_.block_size) : 0;
+    s->storage.grow_pages(pages);
+    std::vector<int> table(s->storage.num_blocks());
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+    const model::SeqChunk chunk{tokens, s->num_tokens_, 0, table, model::LogitRows::kAll};
+    Status st = net_.forward(std::span<const model::SeqChunk>(&chunk, 1), s->storage, logits);
+    if (!st.is_ok()) return st;
+    s->num_tokens_ = end;
+    return st;
   }
 
   Result<std::vector<int32_t>> generate_greedy(std::span<const int32_t> prompt, int max_tokens, int chunk,
@@ -69,45 +96,24 @@ class ModelImpl final : public Model {
   }
 
  private:
-  io::SafetensorsSet files_;  // keeps the mappings that ModelWeights::mtp views point into
-  model::ModelConfig config_;
-  model::ModelWeights weights_;
+  std::unique_ptr<model::LoadedModel> m_;
+  const model::ModelConfig& config_;
   std::unique_ptr<backend::Backend> backend_;
   model::DeepSeekV4 net_;
+  model::StateCacheShape shape_;
   ModelInfo info_;
 };
 
-ModelInfo make_info(const model::ModelConfig& c, const std::string& layout, const std::string& description) {
-  ModelInfo i;
-  i.vocab_size = c.vocab_size;
-  i.hidden_size = c.hidden_size;
-  i.num_layers = c.num_layers;
-  i.eos_token_id = c.eos_token_id;
-  i.layout = layout;
-  i.description = description;
-  return i;
-}
 
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
-  DI_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(dir));
-  DI_ASSIGN_OR_RETURN(io::SafetensorsSet set, io::SafetensorsSet::open_dir(dir, {"reference.safetensors"}));
-  DI_ASSIGN_OR_RETURN(model::ModelWeights weights, model::load_weights(set, config));
-  const std::string layout = weights.layout;
-  ModelInfo info = make_info(config, layout, "DeepSeek-V4 from " + dir + " (" + layout + " layout, " +
-                                                 std::to_string(config.num_layers) + " layers, hidden " +
-                                                 std::to_string(config.hidden_size) + ", " +
-                                                 std::to_string(weights.mtp.size()) + " MTP tensors kept)");
-  return std::unique_ptr<Model>(new ModelImpl(std::move(config), std::move(weights), std::move(info), std::move(set)));
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<model::LoadedModel> m, model::load_model_dir(dir));
+  return std::unique_ptr<Model>(new ModelImpl(std::move(m)));
 }
 
 Result<std::unique_ptr<Model>> Model::load_default() {
-  model::ModelConfig config = model::default_model_config();
-  model::ModelWeights weights = model::default_model_weights(config, kDefaultModelSeed);
-  ModelInfo info = make_info(config, "embedded",
-                             "embedded default model: a small DeepSeek-V4 with deterministic random weights (not trained)");
-  return std::unique_ptr<Model>(new ModelImpl(std::move(config), std::move(weights), std::move(info)));
+  return std::unique_ptr<Model>(new ModelImpl(model::load_embedded_model()));
 }
 
 }  // namespace deepinfer

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -95,7 +96,7 @@ TEST_F(CliTest, DefaultModelRunsAndSaysSo) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("embedded default model"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("random weights"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("{\"token_ids\": ["), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"token_ids\":["), std::string::npos) << r.output;
 }
 
 void expect_error(const RunResult& r, const std::string& needle) {
@@ -239,6 +240,74 @@ TEST_F(CliTest, DetokenizeAndErrors) {
                "token id 999999 at index 1 is outside the vocabulary");
   expect_error(run_cli("tokenize --tokenizer " + (dir_ / "missing.json").string() + " --text hi"), "missing.json");
   expect_error(run_cli("tokenize --text hi"), "give --tokenizer FILE or --model DIR");
+}
+
+// Reads `deepinfer generate` JSONL output (stdout lines only) into index -> object.
+std::map<int, nlohmann::json> read_generate_output(const std::string& path) {
+  std::map<int, nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string l; std::getline(in, l);) {
+    auto j = nlohmann::json::parse(l);
+    out[j["index"].get<int>()] = j;
+  }
+  return out;
+}
+
+// The needle test through the command line: a request alone and inside batches (other requests
+// before and after it, different token budgets, overlap on and off) gives identical token ids.
+TEST_F(CliTest, GenerateNeedleAloneAndInBatchesGivesIdenticalTokens) {
+  const std::string needle_ids = "[11,22,33,44,55,66,77,88,99,110,121,132,143,154,165,176,187,198,209,220,231]";
+  const std::string greedy = "{\"prompt_ids\": " + needle_ids + ", \"sampling_params\": {\"max_tokens\": 20, \"ignore_eos\": true}}";
+  const std::string seeded = "{\"prompt_ids\": " + needle_ids +
+                             ", \"sampling_params\": {\"max_tokens\": 20, \"temperature\": 0.8, \"top_p\": 0.9, "
+                             "\"seed\": 42, \"ignore_eos\": true, \"logprobs\": 1}}";
+  for (const std::string& needle : {greedy, seeded}) {
+    const std::string alone = (dir_ / "alone.jsonl").string(), alone_out = (dir_ / "alone.out").string();
+    std::ofstream(alone) << needle << "\n";
+    RunResult r = run_cli("generate --model " + fixture("v4-tiny-a") + " --prompts " + alone + " --out " + alone_out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto want = read_generate_output(alone_out).at(0);
+    ASSERT_EQ(want["token_ids"].size(), 20u) << want.dump();
+
+    const std::string batch = (dir_ / "batch.jsonl").string(), batch_out = (dir_ / "batch.out").string();
+    {
+      std::ofstream f(batch);
+      f << "{\"prompt_ids\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34]}\n";
+      f << "{\"prompt_ids\": [400, 401], \"sampling_params\": {\"temperature\": 1.0, \"seed\": 7, \"max_tokens\": 30}}\n";
+      f << needle << "\n";
+      f << "{\"prompt_ids\": [5, 6, 7, 8, 9, 10, 11], \"sampling_params\": {\"max_tokens\": 3}}\n";
+    }
+    for (const std::string flags : {"--max-num-batched-tokens 7", "--max-num-batched-tokens 64 --no-async", "--chunk 5"}) {
+      r = run_cli("generate --model " + fixture("v4-tiny-a") + " --prompts " + batch + " --out " + batch_out + " " + flags);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const auto got = read_generate_output(batch_out);
+      ASSERT_EQ(got.size(), 4u);
+      EXPECT_EQ(got.at(2)["token_ids"], want["token_ids"]) << flags;
+      if (want.contains("logprobs")) {
+        EXPECT_EQ(got.at(2)["logprobs"], want["logprobs"]) << flags;
+      }
+    }
+  }
+}
+
+TEST_F(CliTest, GenerateJsonlBadLinesFailAlone) {
+  const std::string in = (dir_ / "in.jsonl").string(), out = (dir_ / "out.jsonl").string();
+  std::ofstream(in) << "{\"prompt_ids\": [5, 6, 7], \"sampling_params\": {\"max_tokens\": 4}}\n"
+                    << "{\"prompt_ids\": [5, 6, 7], \"sampling_params\": {\"temperature\": -1}}\n"
+                    << "not json\n"
+                    << "{\"prompt_ids\": [5, 6, 7], \"sampling_params\": {\"tempreature\": 1}}\n"
+                    << "{\"prompt\": \"needs a tokenizer\"}\n"
+                    << "{\"prompt_ids\": [5, 6, 7], \"sampling_params\": {\"max_tokens\": 4}}\n";
+  const RunResult r = run_cli("generate --model " + fixture("v4-tiny-a") + " --prompts " + in + " --out " + out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto got = read_generate_output(out);
+  ASSERT_EQ(got.size(), 6u);
+  EXPECT_EQ(got.at(0)["token_ids"].size(), 4u);
+  EXPECT_EQ(got.at(0)["token_ids"], got.at(5)["token_ids"]);
+  EXPECT_NE(got.at(1)["error"].get<std::string>().find("temperature"), std::string::npos) << got.at(1).dump();
+  EXPECT_NE(got.at(2)["error"].get<std::string>().find("not a JSON object"), std::string::npos) << got.at(2).dump();
+  EXPECT_NE(got.at(3)["error"].get<std::string>().find("tempreature"), std::string::npos) << got.at(3).dump();
+  EXPECT_NE(got.at(4)["error"].get<std::string>().find("tokenizer"), std::string::npos) << got.at(4).dump();
 }
 
 }  // namespace

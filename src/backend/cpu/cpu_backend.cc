@@ -192,7 +192,9 @@ class CpuBackend final : public Backend {
 
   void sink_attention(const float* q, int M, int H, int d, const std::vector<const float*>& rows,
                       const std::vector<int>& row_begin, const float* sinks, float scale, float* out) override {
-#pragma omp parallel for schedule(dynamic, 1) if (static_cast<long long>(M) * H > 8)
+    // Threads only pay off above ~100k multiply-adds (fork/join costs microseconds).
+    const long long work = static_cast<long long>(row_begin[M]) * H * d;
+#pragma omp parallel for schedule(dynamic, 1) if (M * H > 1 && work > (1 << 17))
     for (int mh = 0; mh < M * H; ++mh) {
       const int m = mh / H, h = mh % H;
       const float* qv = q + (static_cast<size_t>(m) * H + h) * d;
@@ -244,7 +246,9 @@ class CpuBackend final : public Backend {
 
   void indexer_scores(const float* q, const float* weights, int M, int heads, int index_dim, const float* keys,
                       const int* num_keys, float scale, float* score, int score_stride) override {
-#pragma omp parallel for schedule(dynamic, 1) if (M > 1)
+    long long work = 0;
+    for (int m = 0; m < M; ++m) work += static_cast<long long>(num_keys[m]) * heads * index_dim;
+#pragma omp parallel for schedule(dynamic, 1) if (M > 1 && work > (1 << 17))
     for (int m = 0; m < M; ++m) {
       for (int w = 0; w < num_keys[m]; ++w) {
         const float* k = keys + static_cast<size_t>(w) * index_dim;

@@ -100,7 +100,7 @@ void gemm_nt(const float* A, int M, int K, const float* B, int N, float* C) {
   constexpr int kNb = 64;  // columns of B per task: keeps a panel of B in cache across rows of A
   const int n_blocks = (N + kNb - 1) / kNb;
   const long long flops = static_cast<long long>(M) * N * K;
-#pragma omp parallel for schedule(static) if (flops > (1 << 16))
+#pragma omp parallel for schedule(static) if (n_blocks > 1 && flops > (1 << 18))
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int n0 = nb * kNb;
     const int n1 = n0 + kNb < N ? n0 + kNb : N;

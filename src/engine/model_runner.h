@@ -1,0 +1,59 @@
+// Turns a SchedulerOutput into model work: gathers each scheduled request's input tokens from its
+// own token history, runs one batched forward over the paged state cache, and samples a token for
+// every request that reached its end. Runs on the engine's step thread only (no locks): everything
+// it needs about a request arrives with the step that first schedules it.
+//
+// The runner keeps each request's token history (prompt + every token it sampled), so a step
+// scheduled before the previous step's tokens reached the scheduler (asynchronous scheduling)
+// still feeds the right token: the placeholder is resolved here, not in the scheduler.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/request.h"
+#include "deepinfer/status.h"
+#include "model/deepseek_v4.h"
+#include "model/state_cache.h"
+#include "sample/sampler.h"
+
+namespace deepinfer::engine {
+
+// What the runner must know about a request, fixed for its lifetime.
+struct RunnerRequestInfo {
+  sample::SamplingConfig sampling;
+  int num_prompt_tokens = 0;
+  int min_tokens = 0;                  // ban `min_tokens_banned` until this many outputs exist
+  std::vector<int32_t> min_tokens_banned;
+};
+
+struct StepInput {
+  core::SchedulerOutput sched;
+  // For every scheduled request with is_new: its info (shared with the engine thread, immutable).
+  std::map<core::RequestId, std::shared_ptr<const RunnerRequestInfo>> new_infos;
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(const model::DeepSeekV4& net, model::StateStorage& storage);
+
+  // Executes one step. An error here is a bug or a broken invariant (requests are validated
+  // before they are scheduled); the engine reports it on every request of the step.
+  Result<core::ModelOutput> execute(const StepInput& in);
+
+  size_t num_requests() const { return requests_.size(); }
+
+ private:
+  struct RequestState {
+    std::shared_ptr<const RunnerRequestInfo> info;
+    std::vector<int32_t> tokens;  // prompt + outputs, including tokens of steps the scheduler has not seen yet
+  };
+
+  const model::DeepSeekV4& net_;
+  model::StateStorage& storage_;
+  std::map<core::RequestId, RequestState> requests_;
+  std::vector<float> logits_;
+};
+
+}  // namespace deepinfer::engine
