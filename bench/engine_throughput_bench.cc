@@ -35,8 +35,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", llm.status().to_string().c_str());
     return 1;
   }
-  std::printf("model: %s\nprompt %d tokens, output %d tokens, greedy\n", (*llm)->description().c_str(), prompt_len,
-              output_len);
+  const deepinfer::EngineStats st = (*llm)->stats();
+  std::printf("model: %s\nstate cache: slot %lld bytes/request, page %lld bytes per %d positions, %d pages\n",
+              (*llm)->description().c_str(), static_cast<long long>(st.slot_bytes), static_cast<long long>(st.page_bytes),
+              st.block_size, st.num_blocks);
+  std::printf("prompt %d tokens, output %d tokens, greedy\n", prompt_len, output_len);
   std::printf("%11s %9s %13s %13s %10s %10s\n", "concurrency", "wall_s", "out_tok/s", "total_tok/s", "ttft_ms", "tpot_ms");
   std::mt19937 rng(1);
   const int V = (*llm)->vocab_size();

@@ -57,6 +57,28 @@ Status get_ids(const Json& v, const std::string& where, std::vector<int32_t>* ou
   return Status::ok();
 }
 
+// vLLM SamplingParams fields deepinfer does not implement. Given at their default value they are
+// accepted (and change nothing); any other value is an error saying so.
+bool is_vllm_field(const std::string& k) {
+  static const char* kFields[] = {"n", "best_of", "prompt_logprobs", "detokenize", "spaces_between_special_tokens",
+                                  "logit_bias", "bad_words", "allowed_token_ids", "truncate_prompt_tokens",
+                                  "output_kind", "logits_processors", "guided_decoding", "structured_outputs",
+                                  "extra_args", "flat_logprobs"};
+  for (const char* f : kFields)
+    if (k == f) return true;
+  return false;
+}
+
+bool is_neutral_vllm_field(const std::string& k, const Json& v) {
+  if (!is_vllm_field(k)) return false;
+  if (v.is_null()) return true;
+  if (k == "n" || k == "best_of") return v.is_number_integer() && v.get<int64_t>() == 1;
+  if (k == "detokenize" || k == "spaces_between_special_tokens") return v.is_boolean() && v.get<bool>();
+  if (k == "flat_logprobs") return v.is_boolean() && !v.get<bool>();
+  if (k == "logit_bias" || k == "bad_words" || k == "extra_args") return v.empty();
+  return false;
+}
+
 // Applies a "sampling_params" object over `p`. Unknown fields are errors (a typo must not silently
 // change nothing).
 Status apply_sampling_json(const Json& j, const std::string& where, SamplingParams* p) {
@@ -119,6 +141,13 @@ Status apply_sampling_json(const Json& j, const std::string& where, SamplingPara
     } else if (k == "stop_token_ids") {
       if (v.is_null()) p->stop_token_ids.clear();
       else DI_RETURN_IF_ERROR(get_ids(v, w, &p->stop_token_ids));
+    } else if (k == "include_stop_str_in_output") {
+      if (!v.is_boolean()) return bad(w, "must be true or false");
+      p->include_stop_str_in_output = v.get<bool>();
+    } else if (is_neutral_vllm_field(k, v)) {
+      continue;  // a vLLM parameter at its default value: nothing to do
+    } else if (is_vllm_field(k)) {
+      return bad(w, "is a vLLM sampling parameter deepinfer does not support (only its default value is accepted)");
     } else {
       return bad(w, "is not a known sampling parameter");
     }

@@ -22,10 +22,9 @@
 #include <vector>
 
 #include "deepinfer/status.h"
+#include "deepinfer/tokenizer.h"
 
 namespace deepinfer {
-
-class Tokenizer;
 
 // vLLM's names and defaults.
 struct SamplingParams {
@@ -39,7 +38,8 @@ struct SamplingParams {
   std::optional<uint64_t> seed;     // none: the engine picks one and reports it
   int max_tokens = 16;              // >= 1
   int min_tokens = 0;               // EOS and stop_token_ids are masked until this many were generated
-  std::vector<std::string> stop;    // stop strings (not included in the output text)
+  std::vector<std::string> stop;    // stop strings (not in the output text unless include_stop_str_in_output)
+  bool include_stop_str_in_output = false;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   std::optional<int> logprobs;      // none: no logprobs; n >= 0: the sampled token's and the n most likely
@@ -114,6 +114,7 @@ struct EngineStats {
   int64_t page_bytes = 0;
 };
 
+// Not thread-safe: call it from one thread at a time (it runs its own step thread inside).
 class LLM {
  public:
   virtual ~LLM() = default;

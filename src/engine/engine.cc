@@ -165,9 +165,18 @@ class LLMImpl final : public LLM {
   std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,
                                       const std::vector<SamplingParams>& params) override {
     std::vector<RequestOutput> results(prompts.size());
+    if (params.size() != prompts.size() && params.size() != 1) {
+      for (RequestOutput& r : results) {
+        r.finished = true;
+        r.finish_reason = FinishReason::kError;
+        r.error = "generate: " + std::to_string(params.size()) + " sampling parameter sets for " +
+                  std::to_string(prompts.size()) + " prompts (give one, or one per prompt)";
+      }
+      return results;
+    }
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const SamplingParams& sp = params.size() == prompts.size() ? params[i] : params.at(0);
+      const SamplingParams& sp = params.size() == prompts.size() ? params[i] : params[0];
       Result<std::string> id = add_request(prompts[i], sp);
       if (!id.is_ok()) {
         results[i].finished = true;
@@ -432,7 +441,10 @@ class LLMImpl final : public LLM {
     const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t.token) != p.stop_token_ids.end();
     if (stop_id) return finish(er, FinishReason::kStop, std::to_string(t.token));
     if (!p.ignore_eos && t.token == eos_) return finish(er, FinishReason::kStop, "");
-    if (er.detok && er.detok->stopped()) return finish(er, FinishReason::kStop, er.detok->matched_stop());
+    if (er.detok && er.detok->stopped()) {
+      if (p.include_stop_str_in_output) o.text += er.detok->matched_stop();
+      return finish(er, FinishReason::kStop, er.detok->matched_stop());
+    }
     const int64_t total = static_cast<int64_t>(o.prompt_token_ids.size() + o.token_ids.size());
     if (static_cast<int>(o.token_ids.size()) >= p.max_tokens || total >= max_model_len_)
       return finish(er, FinishReason::kLength, "");

@@ -297,17 +297,35 @@ TEST_F(CliTest, GenerateJsonlBadLinesFailAlone) {
                     << "not json\n"
                     << "{\"prompt_ids\": [5, 6, 7], \"sampling_params\": {\"tempreature\": 1}}\n"
                     << "{\"prompt\": \"needs a tokenizer\"}\n"
-                    << "{\"prompt_ids\": [5, 6, 7], \"sampling_params\": {\"max_tokens\": 4}}\n";
+                    << "{\"prompt_ids\": [5, 6, 7], \"sampling_params\": {\"max_tokens\": 4, \"n\": 1, \"best_of\": null}}\n"
+                    << "{\"prompt_ids\": [5, 6, 7], \"sampling_params\": {\"n\": 3}}\n";
   const RunResult r = run_cli("generate --model " + fixture("v4-tiny-a") + " --prompts " + in + " --out " + out);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const auto got = read_generate_output(out);
-  ASSERT_EQ(got.size(), 6u);
+  ASSERT_EQ(got.size(), 7u);
   EXPECT_EQ(got.at(0)["token_ids"].size(), 4u);
   EXPECT_EQ(got.at(0)["token_ids"], got.at(5)["token_ids"]);
   EXPECT_NE(got.at(1)["error"].get<std::string>().find("temperature"), std::string::npos) << got.at(1).dump();
   EXPECT_NE(got.at(2)["error"].get<std::string>().find("not a JSON object"), std::string::npos) << got.at(2).dump();
   EXPECT_NE(got.at(3)["error"].get<std::string>().find("tempreature"), std::string::npos) << got.at(3).dump();
   EXPECT_NE(got.at(4)["error"].get<std::string>().find("tokenizer"), std::string::npos) << got.at(4).dump();
+  EXPECT_NE(got.at(6)["error"].get<std::string>().find("does not support"), std::string::npos) << got.at(6).dump();
+}
+
+TEST_F(CliTest, GenerateChatAndTextPromptsWithATokenizer) {
+  const std::string d = copy_tiny("with_tokenizer");
+  std::ofstream(d + "/tokenizer.json") << testing::byte_level_tokenizer_json();
+  // --chat wraps the prompt in a user message: BOS, <｜User｜>, "Hi!" (3 bytes), <｜Assistant｜>, </think>.
+  RunResult r = run_cli("generate --model " + d + " --prompt Hi! --chat --max-tokens 3 --ignore-eos --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["num_prompt_tokens"], 7);
+  EXPECT_TRUE(j.contains("text"));
+  EXPECT_EQ(j["token_ids"].size(), 3u);
+  // A plain text prompt: 3 byte tokens.
+  r = run_cli("generate --model " + d + " --prompt Hi! --max-tokens 2 --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["num_prompt_tokens"], 3);
 }
 
 }  // namespace

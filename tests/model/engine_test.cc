@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "deepinfer/engine.h"
@@ -268,6 +269,10 @@ TEST(Engine, StopStringsWithATokenizer) {
   EXPECT_EQ(stopped.stop_reason, stop);
   EXPECT_EQ(stopped.text, full.text.substr(0, cut));
   EXPECT_LE(stopped.token_ids.size(), full.token_ids.size());
+  sp.include_stop_str_in_output = true;
+  const auto with_stop = llm->generate({prompt}, sp)[0];
+  EXPECT_EQ(with_stop.text, full.text.substr(0, cut) + stop);
+  EXPECT_EQ(with_stop.token_ids, stopped.token_ids);
   fs::remove_all(dir);
 }
 
@@ -398,6 +403,33 @@ TEST(Engine, StreamingStepReportsProgress) {
   }
   EXPECT_TRUE(finished);
   EXPECT_EQ(last, 6u);
+}
+
+TEST(Engine, ChatMessagesAreRenderedWithTheV4Encoding) {
+  // v4-tiny-a beside a byte-level tokenizer whose ids (bytes + chat specials) fit its vocabulary.
+  const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_chat_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(fixture("v4-tiny-a/config.json"), dir / "config.json");
+  fs::copy_file(fixture("v4-tiny-a/model.safetensors"), dir / "model.safetensors");
+  std::ofstream(dir / "tokenizer.json") << testing::byte_level_tokenizer_json();
+  EngineOptions o = tiny_options();
+  o.model = dir.string();
+  auto llm = make(o);
+  ASSERT_TRUE(llm);
+  ASSERT_NE(llm->tokenizer(), nullptr);
+  const std::string messages = R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}])";
+  const auto out = llm->generate({Prompt::from_messages_json(messages)}, greedy(8))[0];
+  ASSERT_EQ(out.finish_reason, FinishReason::kLength) << out.error;
+  // The V4 chat encoding of this conversation (chat mode), tokenized.
+  auto want = llm->tokenizer()->encode("<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hi!<｜Assistant｜></think>");
+  ASSERT_TRUE(want.is_ok());
+  EXPECT_EQ(out.prompt_token_ids, *want);
+  EXPECT_EQ(out.token_ids.size(), 8u);
+  const auto bad = llm->generate({Prompt::from_messages_json(R"([{"role": "wizard", "content": "x"}])")}, greedy(4))[0];
+  EXPECT_EQ(bad.finish_reason, FinishReason::kError);
+  EXPECT_NE(bad.error.find("role"), std::string::npos) << bad.error;
+  fs::remove_all(dir);
 }
 
 }  // namespace

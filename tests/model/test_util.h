@@ -1,6 +1,7 @@
 // Helpers shared by the model tests: fixture paths, reference tensors, safetensors writing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -97,6 +98,56 @@ inline void write_raw(const std::string& file, const std::map<std::string, RawTe
   for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
   f.write(h.data(), static_cast<std::streamsize>(h.size()));
   for (const auto& [name, t] : tensors) f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+}
+
+// A byte-level BPE tokenizer.json without merges: ids 0..255 are the 256 bytes (GPT-2's byte to
+// unicode map), then the DeepSeek-V4 chat special tokens. Every id fits a tiny model's vocabulary.
+inline std::string byte_level_tokenizer_json() {
+  std::vector<int> bs;
+  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
+  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
+  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
+  std::vector<int> cs = bs;
+  int n = 0;
+  for (int b = 0; b < 256; ++b)
+    if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
+      bs.push_back(b);
+      cs.push_back(256 + n++);
+    }
+  auto utf8 = [](int cp) {
+    std::string o;
+    if (cp < 0x80) {
+      o += static_cast<char>(cp);
+    } else {
+      o += static_cast<char>(0xC0 | (cp >> 6));
+      o += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return o;
+  };
+  std::vector<std::string> by_byte(256);
+  for (size_t i = 0; i < bs.size(); ++i) by_byte[bs[i]] = utf8(cs[i]);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[by_byte[b]] = b;
+  const char* specials[] = {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+                            "<think>", "</think>"};
+  nlohmann::json added = nlohmann::json::array();
+  int id = 256;
+  for (const char* sp : specials) {
+    vocab[sp] = id;
+    added.push_back({{"id", id++}, {"content", sp}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", true}});
+  }
+  nlohmann::json j = {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+                 {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  return j.dump();
 }
 
 }  // namespace deepinfer::testing
