@@ -98,5 +98,19 @@ inline bool has_flag(const Args& a, const char* flag) {
 
 
 int run_generate(const Args& a);
+int run_perplexity(const Args& a, const std::string& default_model_dir);
+
+// The default model: the trained model folder of the source tree (a compile-time path), if it is
+// there; empty otherwise (then the engine's embedded random-weight model is used).
+inline std::string default_model_dir() {
+#ifdef DEEPINFER_DEFAULT_MODEL_DIR
+  const std::string dir = DEEPINFER_DEFAULT_MODEL_DIR;
+  if (FILE* f = std::fopen((dir + "/config.json").c_str(), "r")) {
+    std::fclose(f);
+    return dir;
+  }
+#endif
+  return std::string();
+}
 
 }  // namespace deepinfer_cli

@@ -282,7 +282,7 @@ int run_generate(const Args& a) {
                                  "--top-k", "--min-p", "--repetition-penalty", "--presence-penalty",
                                  "--frequency-penalty", "--seed", "--max-tokens", "--min-tokens", "--logprobs",
                                  "--stop-token-ids", "--max-num-seqs", "--max-num-batched-tokens", "--cache-mib",
-                                 "--block-size", "--max-model-len", "--threads", "--chunk"});
+                                 "--block-size", "--max-model-len", "--threads", "--chunk", "--format"});
       !s.is_ok())
     return fail(s);
   const int sources = static_cast<int>(a.opts.count("--prompt")) + static_cast<int>(a.opts.count("--prompt-ids")) +
@@ -294,9 +294,15 @@ int run_generate(const Args& a) {
   defaults.temperature = 0.0f;
   if (Status s = sampling_from_flags(a, &defaults); !s.is_ok()) return fail(s);
   const bool chat = has_flag(a, "--chat");
+  // Output format: plain text for one --prompt (unless --format jsonl), JSON lines otherwise.
+  std::string format = a.opts.count("--format") ? a.opts.at("--format") : (a.opts.count("--prompt") ? "text" : "jsonl");
+  if (format != "text" && format != "jsonl") return fail(Status::invalid_argument("--format must be text or jsonl"));
+  if (format == "text" && !a.opts.count("--prompt"))
+    return fail(Status::invalid_argument("--format text needs a single --prompt"));
+  const bool text_format = format == "text";
 
   deepinfer::EngineOptions eo;
-  if (a.opts.count("--model")) eo.model = a.opts.at("--model");
+  eo.model = a.opts.count("--model") ? a.opts.at("--model") : default_model_dir();
   const std::pair<const char*, int*> engine_ints[] = {{"--max-num-seqs", &eo.max_num_seqs},
                                                       {"--max-num-batched-tokens", &eo.max_num_batched_tokens},
                                                       {"--block-size", &eo.block_size},
@@ -353,7 +359,9 @@ int run_generate(const Args& a) {
 
   auto llm = deepinfer::LLM::create(eo);
   if (!llm.is_ok()) return fail(llm.status());
-  if (eo.model.empty()) std::fprintf(stderr, "deepinfer: no --model given; using the %s\n", (*llm)->description().c_str());
+  if (!a.opts.count("--model"))
+    std::fprintf(stderr, "deepinfer: no --model given; using the %s\n",
+                 eo.model.empty() ? (*llm)->description().c_str() : ("default model " + eo.model).c_str());
   const bool has_tokenizer = (*llm)->tokenizer() != nullptr;
 
   // Queue every valid input, then step until all are done (streaming API, for the progress bar).
@@ -398,6 +406,19 @@ int run_generate(const Args& a) {
     if (!file) return fail(Status::io_error("cannot open " + a.opts.at("--out") + " for writing"));
   }
   std::ostream& out = a.opts.count("--out") ? static_cast<std::ostream&>(file) : std::cout;
+  if (text_format) {  // a person's view: the prompt, then what the model wrote
+    const RequestOutput& r = results[0];
+    if (r.finish_reason == deepinfer::FinishReason::kError) return fail(Status::invalid_argument(r.error));
+    if (!has_tokenizer) {
+      out << "(the model has no tokenizer; generated token ids:";
+      for (int32_t t : r.token_ids) out << ' ' << t;
+      out << ")\n";
+    } else {
+      out << (chat ? std::string() : a.opts.at("--prompt")) << r.text << "\n";
+    }
+    out.flush();
+    return out ? 0 : fail(Status::io_error("writing the output failed"));
+  }
   int errors = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].finish_reason == deepinfer::FinishReason::kError) {

@@ -41,16 +41,22 @@ const char* kUsage =
     "      prints one JSON line {\"ids\": [...]} per input (JSONL lines carry \"text\"), in order\n"
     "  deepinfer detokenize (--tokenizer FILE | --model DIR) (--ids 1,2,3 | --jsonl IN) [--skip-special-tokens]\n"
     "      prints one JSON line {\"text\": \"...\"} per input (JSONL lines carry \"ids\")\n"
-    "Without --model the embedded default model is used (random weights, for trying the engine).\n";
+    "  deepinfer perplexity [--model DIR] --text-file FILE [--window 512]\n"
+    "      mean negative log-likelihood per token and perplexity of the text (windows scored independently)\n"
+    "Without --model the default model is used: models/v4-code-19m of the source tree, a small DeepSeek-V4\n"
+    "trained on Python code (or, if that folder is missing, an embedded model with random weights).\n";
 
 deepinfer::Result<std::unique_ptr<deepinfer::Model>> open_model(const Args& a) {
   auto it = a.opts.find("--model");
-  if (it == a.opts.end()) {
-    auto m = deepinfer::Model::load_default();
-    if (m.is_ok()) std::fprintf(stderr, "deepinfer: no --model given; using the %s\n", (*m)->info().description.c_str());
-    return m;
+  if (it != a.opts.end()) return deepinfer::Model::load(it->second);
+  const std::string dir = default_model_dir();
+  if (!dir.empty()) {
+    std::fprintf(stderr, "deepinfer: no --model given; using the default model %s\n", dir.c_str());
+    return deepinfer::Model::load(dir);
   }
-  return deepinfer::Model::load(it->second);
+  auto m = deepinfer::Model::load_default();
+  if (m.is_ok()) std::fprintf(stderr, "deepinfer: no --model given; using the %s\n", (*m)->info().description.c_str());
+  return m;
 }
 
 int run_logits(const Args& a) {
@@ -203,6 +209,7 @@ int main(int argc, char** argv) {
     }
   if (a.command == "logits") return run_logits(a);
   if (a.command == "generate") return run_generate(a);
+  if (a.command == "perplexity") return run_perplexity(a, default_model_dir());
   if (a.command == "tokenize") return run_tokenize(a);
   if (a.command == "detokenize") return run_detokenize(a);
   if (a.command == "help" || a.command == "--help") {

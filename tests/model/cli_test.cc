@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +37,15 @@ RunResult run_cli(const std::string& args) {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// run_cli merges stderr into the output; drops the CLI's own "deepinfer: ..." note lines.
+std::string without_notes(const std::string& output) {
+  std::string out;
+  std::istringstream in(output);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind("deepinfer:", 0) != 0) out += l + "\n";
+  return out;
 }
 
 class CliTest : public ::testing::Test {
@@ -94,10 +104,43 @@ TEST_F(CliTest, GenerateMatchesOracleGreedy) {
 TEST_F(CliTest, DefaultModelRunsAndSaysSo) {
   const RunResult r = run_cli("generate --prompt-ids 5,17,42 --max-tokens 4 --ignore-eos");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("embedded default model"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("random weights"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("using the default model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("models/v4-code-19m"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"token_ids\":["), std::string::npos) << r.output;
 }
+
+// The README's first command: the trained default model completes code, printed as plain text.
+TEST_F(CliTest, ReadmeFirstCommandPrintsReadableCode) {
+  const RunResult r = run_cli("generate --prompt 'def fibonacci(n):' --max-tokens 48");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string out = without_notes(r.output);
+  ASSERT_EQ(out.rfind("def fibonacci(n):", 0), 0u) << r.output;
+  const std::string completion = out.substr(std::string("def fibonacci(n):").size());
+  ASSERT_GT(completion.size(), 60u) << r.output;
+  // Readable: printable ASCII and newlines only, mostly letters/spaces, several distinct words.
+  size_t letters = 0;
+  for (char c : completion) {
+    EXPECT_TRUE(c == '\n' || (c >= 32 && c < 127)) << "byte " << static_cast<int>(c) << " in " << r.output;
+    letters += std::isalpha(static_cast<unsigned char>(c)) || c == ' ' || c == '\n';
+  }
+  EXPECT_GT(letters * 10, completion.size() * 6) << r.output;
+}
+
+// deepinfer perplexity on the model card's held-out text reproduces the training script's figure.
+TEST_F(CliTest, PerplexityOfTheDefaultModelMatchesTheTrainingScript) {
+  std::ifstream rep(std::string(DEEPINFER_SOURCE_DIR) + "/tools/train_default_model/results/eval.json");
+  ASSERT_TRUE(rep) << "missing tools/train_default_model/results/eval.json";
+  const auto want = nlohmann::json::parse(rep);
+  const RunResult r =
+      run_cli("perplexity --text-file " + std::string(DEEPINFER_SOURCE_DIR) + "/models/v4-code-19m/heldout.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto got = nlohmann::json::parse(without_notes(r.output));
+  EXPECT_EQ(got["tokens"], want["heldout_tokens"]);
+  // Same tokens, fp32 forward on both sides: the mean NLL agrees to well under 1e-3 nats.
+  EXPECT_NEAR(got["mean_nll"].get<double>(), want["heldout_mean_nll"].get<double>(), 2e-4) << r.output;
+  EXPECT_LT(got["perplexity"].get<double>(), 20.0) << "far below the vocabulary size (8192): the model learned";
+}
+
 
 void expect_error(const RunResult& r, const std::string& needle) {
   EXPECT_NE(r.exit_code, 0) << r.output;
@@ -316,16 +359,24 @@ TEST_F(CliTest, GenerateChatAndTextPromptsWithATokenizer) {
   const std::string d = copy_tiny("with_tokenizer");
   std::ofstream(d + "/tokenizer.json") << testing::byte_level_tokenizer_json();
   // --chat wraps the prompt in a user message: BOS, <｜User｜>, "Hi!" (3 bytes), <｜Assistant｜>, </think>.
-  RunResult r = run_cli("generate --model " + d + " --prompt Hi! --chat --max-tokens 3 --ignore-eos --no-progress");
+  RunResult r = run_cli("generate --model " + d + " --prompt Hi! --chat --max-tokens 3 --ignore-eos --no-progress --format jsonl");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["num_prompt_tokens"], 7);
   EXPECT_TRUE(j.contains("text"));
   EXPECT_EQ(j["token_ids"].size(), 3u);
   // A plain text prompt: 3 byte tokens.
-  r = run_cli("generate --model " + d + " --prompt Hi! --max-tokens 2 --ignore-eos");
+  r = run_cli("generate --model " + d + " --prompt Hi! --max-tokens 2 --ignore-eos --format jsonl");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(r.output)["num_prompt_tokens"], 3);
+}
+
+TEST_F(CliTest, PerplexityErrors) {
+  expect_error(run_cli("perplexity --text-file " + (dir_ / "missing.txt").string()), "missing.txt");
+  expect_error(run_cli("perplexity"), "--text-file is required");
+  const std::string d = copy_tiny("no_tokenizer");
+  std::ofstream(dir_ / "t.txt") << "hello";
+  expect_error(run_cli("perplexity --model " + d + " --text-file " + (dir_ / "t.txt").string()), "tokenizer");
 }
 
 }  // namespace
