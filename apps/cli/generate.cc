@@ -236,6 +236,7 @@ nlohmann::ordered_json output_json(size_t index, const RequestOutput& o, bool ha
   if (!o.error.empty()) j["error"] = o.error;
   j["num_prompt_tokens"] = o.prompt_token_ids.size();
   j["seed"] = o.seed;
+  j["numerics"] = o.numerics;
   if (!o.logprobs.empty()) {
     OJson lps = OJson::array();
     for (const auto& lp : o.logprobs) {
@@ -282,7 +283,7 @@ int run_generate(const Args& a) {
                                  "--top-k", "--min-p", "--repetition-penalty", "--presence-penalty",
                                  "--frequency-penalty", "--seed", "--max-tokens", "--min-tokens", "--logprobs",
                                  "--stop-token-ids", "--max-num-seqs", "--max-num-batched-tokens", "--cache-mib",
-                                 "--block-size", "--max-model-len", "--threads", "--chunk", "--format"});
+                                 "--block-size", "--max-model-len", "--threads", "--chunk", "--format", "--numerics"});
       !s.is_ok())
     return fail(s);
   const int sources = static_cast<int>(a.opts.count("--prompt")) + static_cast<int>(a.opts.count("--prompt-ids")) +
@@ -323,6 +324,7 @@ int run_generate(const Args& a) {
     eo.cache_bytes = v << 20;
   }
   eo.async_scheduling = !has_flag(a, "--no-async");
+  if (a.opts.count("--numerics")) eo.numerics = a.opts.at("--numerics");
 
   // Inputs.
   std::vector<Prompt> prompts;

@@ -30,11 +30,11 @@ const char* kUsage =
     "                     [--stop S]... [--stop-token-ids 1,2] [--ignore-eos] [--logprobs N] [--keep-special-tokens]\n"
     "                     [--out OUT.jsonl] [--max-num-seqs N] [--max-num-batched-tokens N] [--chunk N]\n"
     "                     [--cache-mib N] [--block-size N] [--max-model-len N] [--threads N] [--no-async]\n"
-    "                     [--progress | --no-progress]\n"
+    "                     [--numerics auto|exact|release] [--progress | --no-progress]\n"
     "      batch generation; one JSON line per input, in input order: index, text, token_ids,\n"
     "      finish_reason, logprobs (if asked), seed, timings. JSONL lines carry \"prompt\", \"messages\" or\n"
     "      \"prompt_ids\" and optional \"sampling_params\" (vLLM names). Greedy unless --temperature > 0.\n"
-    "  deepinfer logits   [--model DIR] --ids 5,17,42 [--chunk N] --out FILE\n"
+    "  deepinfer logits   [--model DIR] --ids 5,17,42 [--chunk N] [--numerics auto|exact|release] --out FILE\n"
     "      writes the logits of every position as little-endian float32 [T, V] and prints \"T V\"\n"
     "      --chunk N feeds the prompt N tokens at a time through the decode state (1: token by token)\n"
     "  deepinfer tokenize   (--tokenizer FILE | --model DIR) (--text TEXT | --jsonl IN) [--add-special-tokens]\n"
@@ -47,12 +47,16 @@ const char* kUsage =
     "trained on Python code (or, if that folder is missing, an embedded model with random weights).\n";
 
 deepinfer::Result<std::unique_ptr<deepinfer::Model>> open_model(const Args& a) {
+  deepinfer::NumericsMode numerics = deepinfer::NumericsMode::kAuto;
+  if (a.opts.count("--numerics")) {
+    DI_ASSIGN_OR_RETURN(numerics, deepinfer::parse_numerics(a.opts.at("--numerics")));
+  }
   auto it = a.opts.find("--model");
-  if (it != a.opts.end()) return deepinfer::Model::load(it->second);
+  if (it != a.opts.end()) return deepinfer::Model::load(it->second, numerics);
   const std::string dir = default_model_dir();
   if (!dir.empty()) {
     std::fprintf(stderr, "deepinfer: no --model given; using the default model %s\n", dir.c_str());
-    return deepinfer::Model::load(dir);
+    return deepinfer::Model::load(dir, numerics);
   }
   auto m = deepinfer::Model::load_default();
   if (m.is_ok()) std::fprintf(stderr, "deepinfer: no --model given; using the %s\n", (*m)->info().description.c_str());
@@ -60,7 +64,7 @@ deepinfer::Result<std::unique_ptr<deepinfer::Model>> open_model(const Args& a) {
 }
 
 int run_logits(const Args& a) {
-  if (Status s = check_known(a, {"--model", "--ids", "--chunk", "--out"}); !s.is_ok()) return fail(s);
+  if (Status s = check_known(a, {"--model", "--ids", "--chunk", "--out", "--numerics"}); !s.is_ok()) return fail(s);
   if (!a.opts.count("--ids")) return fail(Status::invalid_argument("logits: --ids is required"));
   if (!a.opts.count("--out")) return fail(Status::invalid_argument("logits: --out is required"));
   std::vector<int32_t> ids;
@@ -90,6 +94,7 @@ int run_logits(const Args& a) {
   f.write(reinterpret_cast<const char*>(all.data()), static_cast<std::streamsize>(all.size() * sizeof(float)));
   if (!f) return fail(Status::io_error("writing " + out + " failed"));
   std::printf("%zu %d\n", ids.size(), V);
+  std::fprintf(stderr, "deepinfer: numerics %s\n", (*model)->info().numerics.c_str());
   return 0;
 }
 

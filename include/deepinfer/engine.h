@@ -82,6 +82,7 @@ struct RequestOutput {
   std::string stop_reason;             // the stop string, or the stop token id as text
   std::string error;                   // FinishReason::kError: what was wrong with the request
   uint64_t seed = 0;                   // the seed the request's draws used
+  std::string numerics;                // "exact" or "release": the numerics that produced it
   int num_preemptions = 0;
   // Timings in seconds from the request's arrival.
   double time_to_first_token = 0.0;
@@ -101,6 +102,9 @@ struct EngineOptions {
   bool async_scheduling = true;    // schedule step N+1 while step N runs
   uint64_t seed = 0;               // seeds of requests without one derive from this and their index
   int num_threads = 0;             // CPU backend threads (0: OpenMP's default)
+  // "auto" (release numerics for checkpoints with an fp8 quantization_config, exact otherwise),
+  // "exact" or "release"; see deepinfer/model.h.
+  std::string numerics = "auto";
 };
 
 struct EngineStats {
@@ -138,6 +142,7 @@ class LLM {
   virtual int max_model_len() const = 0;
   virtual EngineStats stats() const = 0;
   virtual std::string description() const = 0;
+  virtual std::string numerics() const = 0;  // "exact" or "release"
 };
 
 }  // namespace deepinfer

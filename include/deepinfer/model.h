@@ -17,12 +17,21 @@
 
 namespace deepinfer {
 
+// Numerics: kExact — weights dequantized, activations fp32 (transformers' math); kRelease — the
+// official inference code's quantization-aware numerics (FP8 activations before FP8/FP4 GEMMs, FP8
+// KV rows, Hadamard + FP4 indexer, bf16 activations) — EXPERIMENTAL: it does not yet reproduce the
+// official fixture (issue #6); kAuto — exact for now (release for FP8 checkpoints once it does).
+enum class NumericsMode { kAuto, kExact, kRelease };
+// "auto" / "exact" / "release" -> mode; an error naming the value otherwise.
+Result<NumericsMode> parse_numerics(const std::string& name);
+
 struct ModelInfo {
   int vocab_size = 0;
   int hidden_size = 0;
   int num_layers = 0;
   int eos_token_id = -1;
   std::string layout;       // "official", "transformers" or "embedded"
+  std::string numerics;     // "exact" or "release": what this load computes
   std::string description;  // one line for logs
 };
 
@@ -39,7 +48,7 @@ class Model {
 
   // Loads config.json and safetensors (single file or sharded) from `dir`. Every tensor is checked
   // against the config before this returns.
-  static Result<std::unique_ptr<Model>> load(const std::string& dir);
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, NumericsMode numerics = NumericsMode::kAuto);
   // The embedded default model: a small V4 with deterministic random weights generated in process.
   static Result<std::unique_ptr<Model>> load_default();
 

@@ -25,6 +25,7 @@
 #include "engine/step_worker.h"
 #include "model/deepseek_v4.h"
 #include "model/loaded_model.h"
+#include "model/numerics.h"
 #include "model/state_cache.h"
 #include "sched/scheduler.h"
 #include "tokenizer/chat_encoding.h"
@@ -102,6 +103,9 @@ class LLMImpl final : public LLM {
       }
     }
     const model::ModelConfig& c = e->model_->config;
+    if (o.numerics != "auto" && !model::numerics_from_name(o.numerics))
+      return Status::invalid_argument("numerics must be auto, exact or release, got '" + o.numerics + "'");
+    e->numerics_ = model::resolve_numerics(o.numerics, c);
     if (o.max_num_seqs < 1) return Status::invalid_argument("max_num_seqs must be at least 1");
     if (o.max_num_batched_tokens < 1) return Status::invalid_argument("max_num_batched_tokens must be at least 1");
     if (o.long_prefill_token_threshold < 0) return Status::invalid_argument("long_prefill_token_threshold must be >= 0");
@@ -139,7 +143,7 @@ class LLMImpl final : public LLM {
     e->shape_ = shape;
     e->storage_ = std::make_unique<model::StateStorage>(shape, layout.num_slots, layout.num_blocks);
     e->backend_ = backend::make_cpu_backend();
-    e->net_ = std::make_unique<model::DeepSeekV4>(c, e->model_->weights, *e->backend_);
+    e->net_ = std::make_unique<model::DeepSeekV4>(c, e->model_->weights, *e->backend_, e->numerics_);
     e->runner_ = std::make_unique<engine::ModelRunner>(*e->net_, *e->storage_);
     sched::SchedulerOptions so;
     so.max_num_seqs = o.max_num_seqs;
@@ -287,6 +291,7 @@ class LLMImpl final : public LLM {
     er->out.request_id = std::to_string(id);
     er->out.prompt_token_ids = std::move(ids);
     er->out.seed = seed;
+    er->out.numerics = model::numerics_name(numerics_);
     requests_[id] = std::move(er);
     return std::to_string(id);
   }
@@ -317,6 +322,7 @@ class LLMImpl final : public LLM {
     return s;
   }
   std::string description() const override { return model_->description; }
+  std::string numerics() const override { return model::numerics_name(numerics_); }
 
   ~LLMImpl() override {
     if (in_flight_) (void)worker_->wait();
@@ -473,6 +479,7 @@ class LLMImpl final : public LLM {
   std::unique_ptr<model::LoadedModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t max_model_len_ = 0;
+  model::Numerics numerics_ = model::Numerics::kExact;
   int eos_ = -1;
   kv::CacheLayout layout_;
   model::StateCacheShape shape_;

@@ -23,12 +23,55 @@ struct DeepSeekV4::Step {
   std::vector<int32_t> tokens;  // [T]
 };
 
-DeepSeekV4::DeepSeekV4(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend)
+DeepSeekV4::DeepSeekV4(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend,
+                       Numerics numerics)
     : config_(config),
       weights_(weights),
       backend_(backend),
       rope_main_(backend::make_rope_table(config.rope_main, config.rope_head_dim)),
-      rope_compress_(backend::make_rope_table(config.rope_compress, config.rope_head_dim)) {}
+      rope_compress_(backend::make_rope_table(config.rope_compress, config.rope_head_dim)),
+      numerics_(numerics),
+      release_(numerics == Numerics::kRelease) {}
+
+void DeepSeekV4::bf(float* x, size_t n) const {
+  if (release_) round_bf16(x, n);
+}
+
+void DeepSeekV4::lin(const float* x, int M, const Matrix& W, float* y, Lin kind) const {
+  if (!release_ || kind == Lin::kF32) {
+    backend_.linear(x, M, W, y);
+    return;
+  }
+  if (kind == Lin::kQuantized && W.quantized) {
+    // FP8 activations in blocks of 128 along the input; the product of the two dequantized
+    // operands is then exact math (power-of-two scales), accumulated in fp32.
+    std::vector<float> q(x, x + static_cast<size_t>(M) * W.cols);
+    for (int m = 0; m < M; ++m) fp8_round_trip(&q[static_cast<size_t>(m) * W.cols], W.cols, 128);
+    backend_.linear(q.data(), M, W, y);
+  } else {
+    backend_.linear(x, M, W, y);
+  }
+  round_bf16(y, static_cast<size_t>(M) * W.rows);
+}
+
+// Release numerics' expert (the official code's order): w1 and w3 outputs in bf16, the clamped
+// SwiGLU and the routing weight in fp32, bf16 before w2, bf16 out.
+void DeepSeekV4::release_expert(const float* x, int n, const ExpertWeights& e, const float* row_weight,
+                                float* y) const {
+  const int inter = e.w1.rows;
+  const float limit = static_cast<float>(config_.swiglu_limit);
+  std::vector<float> g(static_cast<size_t>(n) * inter), u(g.size());
+  lin(x, n, e.w1, g.data(), Lin::kQuantized);
+  lin(x, n, e.w3, u.data(), Lin::kQuantized);
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < inter; ++i) {
+      const size_t k = static_cast<size_t>(r) * inter + i;
+      const float gate = std::min(g[k], limit);
+      const float up = std::clamp(u[k], -limit, limit);
+      g[k] = round_bf16((gate / (1.0f + std::exp(-gate))) * up * (row_weight ? row_weight[r] : 1.0f));
+    }
+  lin(g.data(), n, e.w2, y, Lin::kQuantized);
+}
 
 Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache, std::vector<float>* logits) const {
   const ModelConfig& c = config_;
@@ -81,20 +124,27 @@ Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache,
       std::memcpy(&X[(static_cast<size_t>(t) * hc + i) * D],
                   &weights_.embed.data[static_cast<size_t>(st.tokens[t]) * D], D * sizeof(float));
 
+  bf(X.data(), X.size());
   std::vector<float> collapsed(static_cast<size_t>(T) * D), normed(collapsed.size()), sub_out(collapsed.size());
   HcMix mix;
   const float norm_eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = weights_.layers[l];
     backend_.hc_pre(X.data(), T, hc, D, L.hc_attn, c.hc_sinkhorn_iters, hc_eps, norm_eps, collapsed.data(), &mix);
+    bf(collapsed.data(), collapsed.size());
     backend_.rms_norm(collapsed.data(), T, D, L.attn_norm.data(), norm_eps, normed.data());
+    bf(normed.data(), normed.size());
     attention(L, l, st, cache, normed.data(), sub_out.data());
     backend_.hc_post(X.data(), sub_out.data(), T, hc, D, mix);
+    bf(X.data(), X.size());
 
     backend_.hc_pre(X.data(), T, hc, D, L.hc_ffn, c.hc_sinkhorn_iters, hc_eps, norm_eps, collapsed.data(), &mix);
+    bf(collapsed.data(), collapsed.size());
     backend_.rms_norm(collapsed.data(), T, D, L.ffn_norm.data(), norm_eps, normed.data());
+    bf(normed.data(), normed.size());
     moe(L, l, normed.data(), T, st.tokens, sub_out.data());
     backend_.hc_post(X.data(), sub_out.data(), T, hc, D, mix);
+    bf(X.data(), X.size());
   }
   // Only the rows that produce logits go through the head.
   std::vector<int> rows;
@@ -111,7 +161,9 @@ Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache,
                 static_cast<size_t>(hc) * D * sizeof(float));
   backend_.hc_head(Xr.data(), R, hc, D, weights_.hc_head_fn, weights_.hc_head_base.data(),
                    weights_.hc_head_scale.data(), hc_eps, norm_eps, collapsed.data());
+  bf(collapsed.data(), static_cast<size_t>(R) * D);
   backend_.rms_norm(collapsed.data(), R, D, weights_.norm.data(), norm_eps, normed.data());
+  bf(normed.data(), static_cast<size_t>(R) * D);
   backend_.linear(normed.data(), R, weights_.head, logits->data());
   return Status::ok();
 }
@@ -124,7 +176,7 @@ Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache,
 void DeepSeekV4::compress(const CompressorWeights& w, const CompressorSlotLayout& cl, int ratio, bool overlap,
                           int head, const float* a, const float* z, int T, int64_t start, float* slot,
                           StateStorage& cache, std::span<const int> block_table, size_t page_offset,
-                          int rows_per_page) const {
+                          int rows_per_page, RowQuant quant) const {
   const int width = overlap ? 2 * head : head;
   float* buf_kv = slot + cl.buf_kv;
   float* buf_gate = slot + cl.buf_gate;
@@ -177,10 +229,26 @@ void DeepSeekV4::compress(const CompressorWeights& w, const CompressorSlotLayout
   }
   const int n_new = rows_done - first_row;
   if (n_new == 0) return;
+  bf(fresh.data(), fresh.size());
   backend_.rms_norm(fresh.data(), n_new, head, w.norm.data(), static_cast<float>(config_.rms_norm_eps), fresh.data());
+  bf(fresh.data(), fresh.size());
   std::vector<int64_t> rpos(n_new);
   for (int r = 0; r < n_new; ++r) rpos[r] = static_cast<int64_t>(first_row + r) * ratio;
   backend_.rope(fresh.data(), n_new, 1, head, rpos.data(), rope_compress_, false);
+  bf(fresh.data(), fresh.size());
+  if (release_) {
+    const int nope = head - config_.rope_head_dim;
+    for (int r = 0; r < n_new; ++r) {
+      float* row = fresh.data() + static_cast<size_t>(r) * head;
+      if (quant == RowQuant::kKvFp8) {
+        fp8_round_trip(row, nope, 64);
+      } else if (quant == RowQuant::kIndexerFp4) {
+        hadamard(row, head, 1.0f / std::sqrt(static_cast<float>(head)));
+        round_bf16(row, head);
+        fp4_round_trip(row, head, 32);
+      }
+    }
+  }
   for (int r = 0; r < n_new; ++r) {
     const int row = first_row + r;
     float* dst = cache.page(block_table[row / rows_per_page]) + page_offset +
@@ -203,18 +271,25 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
 
   // Queries (§4.4): low-rank q with q_norm, per-head unweighted RMS norm, RoPE on the tail.
   std::vector<float> qr(static_cast<size_t>(T) * c.q_lora_rank);
-  backend_.linear(x, T, L.wq_a, qr.data());
+  lin(x, T, L.wq_a, qr.data(), Lin::kQuantized);
   backend_.rms_norm(qr.data(), T, c.q_lora_rank, L.q_norm.data(), eps, qr.data());
+  bf(qr.data(), qr.size());
   std::vector<float> q(static_cast<size_t>(T) * H * hd);
-  backend_.linear(qr.data(), T, L.wq_b, q.data());
+  lin(qr.data(), T, L.wq_b, q.data(), Lin::kQuantized);
   backend_.rms_norm(q.data(), T * H, hd, nullptr, eps, q.data());
+  bf(q.data(), q.size());
   backend_.rope(q.data(), T, H, hd, pos, rope, false);
+  bf(q.data(), q.size());
 
-  // The single shared KV head: K == V.
+  // The single shared KV head: K == V. Release numerics round its non-RoPE dims through FP8.
   std::vector<float> kv(static_cast<size_t>(T) * hd);
-  backend_.linear(x, T, L.wkv, kv.data());
+  lin(x, T, L.wkv, kv.data(), Lin::kQuantized);
   backend_.rms_norm(kv.data(), T, hd, L.kv_norm.data(), eps, kv.data());
+  bf(kv.data(), kv.size());
   backend_.rope(kv.data(), T, 1, hd, pos, rope, false);
+  bf(kv.data(), kv.size());
+  if (release_)
+    for (int t = 0; t < T; ++t) fp8_round_trip(&kv[static_cast<size_t>(t) * hd], hd - c.rope_head_dim, 64);
 
   // Compressed rows (§4.6): emitted for every window that closes inside this chunk.
   if (L.has_compressor) {
@@ -227,7 +302,7 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
       if (n == 0) continue;
       compress(L.compressor, CL.compressor, ratio, kind == AttentionKind::kCsa, hd, &a[static_cast<size_t>(b) * width],
                &z[static_cast<size_t>(b) * width], n, st.seqs[s].start, cache.slot(st.seqs[s].slot), cache,
-               st.seqs[s].block_table, CL.rows, CL.rows_per_page);
+               st.seqs[s].block_table, CL.rows, CL.rows_per_page, RowQuant::kKvFp8);
     }
   }
   auto compressed_row = [&](size_t s, int r) -> const float* {
@@ -242,11 +317,24 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
     backend_.linear(x, T, L.indexer.compressor.wkv, a.data());
     backend_.linear(x, T, L.indexer.compressor.wgate, z.data());
     std::vector<float> qi(static_cast<size_t>(T) * nI * ih), wts(static_cast<size_t>(T) * nI);
-    backend_.linear(qr.data(), T, L.indexer.wq_b, qi.data());
+    lin(qr.data(), T, L.indexer.wq_b, qi.data(), Lin::kQuantized);
     backend_.rope(qi.data(), T, nI, ih, pos, rope_compress_, false);
-    backend_.linear(x, T, L.indexer.weights_proj, wts.data());
-    const float wscale = 1.0f / std::sqrt(static_cast<float>(nI));
-    for (float& v : wts) v *= wscale;
+    bf(qi.data(), qi.size());
+    lin(x, T, L.indexer.weights_proj, wts.data(), Lin::kBf16);
+    if (release_) {
+      // Queries rotated and rounded through FP4 like the keys; both scales folded into the weights.
+      for (size_t h = 0; h < static_cast<size_t>(T) * nI; ++h) {
+        float* v = &qi[h * ih];
+        hadamard(v, ih, 1.0f / std::sqrt(static_cast<float>(ih)));
+        round_bf16(v, ih);
+        fp4_round_trip(v, ih, 32);
+      }
+      const float wscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ih)) / std::sqrt(static_cast<double>(nI)));
+      for (float& v : wts) v = round_bf16(v * wscale);
+    } else {
+      const float wscale = 1.0f / std::sqrt(static_cast<float>(nI));
+      for (float& v : wts) v *= wscale;
+    }
     std::vector<float> keys, score;
     for (size_t s = 0; s < nseq; ++s) {
       const int b = st.offset[s], n = st.offset[s + 1] - b;
@@ -254,7 +342,7 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
       const SeqChunk& sq = st.seqs[s];
       compress(L.indexer.compressor, CL.index_compressor, ratio, true, ih, &a[static_cast<size_t>(b) * 2 * ih],
                &z[static_cast<size_t>(b) * 2 * ih], n, sq.start, cache.slot(sq.slot), cache, sq.block_table,
-               CL.index_keys, CL.rows_per_page);
+               CL.index_keys, CL.rows_per_page, RowQuant::kIndexerFp4);
       // This sequence's keys, gathered from its pages into one [total, ih] array.
       const int total = static_cast<int>((sq.start + n) / ratio);
       keys.resize(static_cast<size_t>(std::max(total, 1)) * ih);
@@ -267,8 +355,24 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
       for (int t = 0; t < n; ++t) nvis[t] = std::min<int>(static_cast<int>((pos[b + t] + 1) / ratio), total);
       const int stride = std::max(total, 1);
       score.resize(static_cast<size_t>(n) * stride);
-      backend_.indexer_scores(&qi[static_cast<size_t>(b) * nI * ih], &wts[static_cast<size_t>(b) * nI], n, nI, ih,
-                              keys.data(), nvis.data(), 1.0f / std::sqrt(static_cast<float>(ih)), score.data(), stride);
+      if (release_) {
+        // The official code's bf16 chain: bf(q.k) -> relu -> bf(* w) -> bf(sum over heads).
+        for (int t = 0; t < n; ++t)
+          for (int w = 0; w < nvis[t]; ++w) {
+            float sum = 0.0f;
+            for (int h = 0; h < nI; ++h) {
+              const float* qv = &qi[(static_cast<size_t>(b + t) * nI + h) * ih];
+              float d = 0.0f;
+              for (int i = 0; i < ih; ++i) d += qv[i] * keys[static_cast<size_t>(w) * ih + i];
+              sum += round_bf16(std::max(round_bf16(d), 0.0f) * wts[static_cast<size_t>(b + t) * nI + h]);
+            }
+            score[static_cast<size_t>(t) * stride + w] = round_bf16(sum);
+          }
+      } else {
+        backend_.indexer_scores(&qi[static_cast<size_t>(b) * nI * ih], &wts[static_cast<size_t>(b) * nI], n, nI, ih,
+                                keys.data(), nvis.data(), 1.0f / std::sqrt(static_cast<float>(ih)), score.data(),
+                                stride);
+      }
       for (int t = 0; t < n; ++t) {
         std::vector<int> idx = topk_indices(&score[static_cast<size_t>(t) * stride], nvis[t], c.index_topk);
         std::sort(idx.begin(), idx.end());  // attend in row order: a fixed summation order
@@ -310,8 +414,10 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
     for (int t = std::max(b, e - W); t < e; ++t)
       std::memcpy(ring + static_cast<size_t>(pos[t] % W) * hd, &kv[static_cast<size_t>(t) * hd], hd * sizeof(float));
   }
+  bf(o.data(), o.size());
   // V carried RoPE on its tail; rotating the output back by the query position makes it relative.
   backend_.rope(o.data(), T, H, hd, pos, rope, true);
+  bf(o.data(), o.size());
 
   // Grouped low-rank output projection: heads split into o_groups groups, each to o_lora_rank.
   const int G = c.o_groups, gw = H * hd / G, R = c.o_lora_rank;
@@ -320,11 +426,11 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
     for (int t = 0; t < T; ++t)
       std::memcpy(&gin[static_cast<size_t>(t) * gw], &o[static_cast<size_t>(t) * H * hd + static_cast<size_t>(g) * gw],
                   gw * sizeof(float));
-    backend_.linear(gin.data(), T, L.wo_a[g], gout.data());
+    lin(gin.data(), T, L.wo_a[g], gout.data(), Lin::kBf16);
     for (int t = 0; t < T; ++t)
       std::memcpy(&zo[(static_cast<size_t>(t) * G + g) * R], &gout[static_cast<size_t>(t) * R], R * sizeof(float));
   }
-  backend_.linear(zo.data(), T, L.wo_b, out);
+  lin(zo.data(), T, L.wo_b, out, Lin::kQuantized);
 }
 
 void DeepSeekV4::moe(const LayerWeights& L, int layer, const float* x, int T, std::span<const int32_t> tokens,
@@ -370,6 +476,34 @@ void DeepSeekV4::moe(const LayerWeights& L, int layer, const float* x, int T, st
   }
   // Routed experts in ascending expert order; each token's sum therefore has a fixed order.
   std::fill(out, out + static_cast<size_t>(T) * D, 0.0f);
+  if (release_) {
+    // The official order: the routing weight multiplies inside the expert, before w2; the
+    // combination is accumulated in fp32 and rounded to bf16 once.
+    std::vector<float> xin, yout, wgt;
+    std::vector<int> who;
+    for (int e = 0; e < E; ++e) {
+      who.clear();
+      wgt.clear();
+      for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k)
+          if (sel[static_cast<size_t>(t) * K + k] == e) {
+            who.push_back(t);
+            wgt.push_back(wsel[static_cast<size_t>(t) * K + k]);
+          }
+      if (who.empty()) continue;
+      const int n = static_cast<int>(who.size());
+      xin.resize(static_cast<size_t>(n) * D);
+      yout.resize(static_cast<size_t>(n) * D);
+      for (int i = 0; i < n; ++i) std::memcpy(&xin[static_cast<size_t>(i) * D], x + static_cast<size_t>(who[i]) * D, D * sizeof(float));
+      release_expert(xin.data(), n, L.experts[e], wgt.data(), yout.data());
+      for (int i = 0; i < n; ++i)
+        for (int d = 0; d < D; ++d) out[static_cast<size_t>(who[i]) * D + d] += yout[static_cast<size_t>(i) * D + d];
+    }
+    yout.resize(static_cast<size_t>(T) * D);
+    release_expert(x, T, L.shared, nullptr, yout.data());
+    for (size_t i = 0; i < static_cast<size_t>(T) * D; ++i) out[i] = round_bf16(out[i] + yout[i]);
+    return;
+  }
   const float limit = static_cast<float>(c.swiglu_limit);
   std::vector<float> xin, yout;
   std::vector<int> who;

@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "deepinfer/status.h"
 #include "model/config.h"
+#include "model/numerics.h"
 #include "model/state_cache.h"
 #include "model/weights.h"
 
@@ -34,7 +35,8 @@ struct SeqChunk {
 
 class DeepSeekV4 {
  public:
-  DeepSeekV4(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend);
+  DeepSeekV4(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend,
+             Numerics numerics = Numerics::kExact);
 
   // Runs the batch; logits gets one [vocab] row per requested position, sequences in order
   // (every row, the last one or none, as each SeqChunk asks). Errors (nothing changed): a token id
@@ -42,8 +44,20 @@ class DeepSeekV4 {
   Status forward(std::span<const SeqChunk> batch, StateStorage& cache, std::vector<float>* logits) const;
 
   const ModelConfig& config() const { return config_; }
+  Numerics numerics() const { return numerics_; }
 
  private:
+  // How a linear's input and output are treated under release numerics: kQuantized — FP8 block
+  // quantization of the input when the weight was FP8/FP4 in the checkpoint, bf16 output; kBf16 —
+  // bf16 output; kF32 — nothing. Under exact numerics all three are a plain fp32 GEMM.
+  enum class Lin { kQuantized, kBf16, kF32 };
+  void lin(const float* x, int M, const Matrix& W, float* y, Lin kind) const;
+  // bf16 rounding under release numerics, nothing under exact.
+  void bf(float* x, size_t n) const;
+  // What happens to new compressed rows after norm and RoPE (release numerics only).
+  enum class RowQuant { kNone, kKvFp8, kIndexerFp4 };
+  void release_expert(const float* x, int n, const ExpertWeights& e, const float* row_weight, float* y) const;
+
   struct Step;  // the flattened batch: positions, offsets, sequence of each token
 
   void attention(const LayerWeights& L, int layer, const Step& st, StateStorage& cache, const float* x,
@@ -53,13 +67,15 @@ class DeepSeekV4 {
   // sequence's pages at `page_offset` (rows_per_page rows of `head` floats per page).
   void compress(const CompressorWeights& w, const CompressorSlotLayout& cl, int ratio, bool overlap, int head,
                 const float* a, const float* z, int T, int64_t start, float* slot, StateStorage& cache,
-                std::span<const int> block_table, size_t page_offset, int rows_per_page) const;
+                std::span<const int> block_table, size_t page_offset, int rows_per_page, RowQuant quant) const;
   void moe(const LayerWeights& L, int layer, const float* x, int T, std::span<const int32_t> tokens, float* out) const;
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
   backend::Backend& backend_;
   backend::RopeTable rope_main_, rope_compress_;
+  Numerics numerics_;
+  bool release_ = false;
 };
 
 }  // namespace deepinfer::model

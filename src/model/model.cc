@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "model/deepseek_v4.h"
 #include "model/loaded_model.h"
+#include "model/numerics.h"
 #include "model/weights.h"
 
 namespace deepinfer {
@@ -43,13 +44,15 @@ model::StateCacheShape make_shape(const model::ModelConfig& c) {
 
 class ModelImpl final : public Model {
  public:
-  explicit ModelImpl(std::unique_ptr<model::LoadedModel> m)
+  ModelImpl(std::unique_ptr<model::LoadedModel> m, model::Numerics numerics)
       : m_(std::move(m)),
         config_(m_->config),
         backend_(backend::make_cpu_backend()),
-        net_(m_->config, m_->weights, *backend_),
+        net_(m_->config, m_->weights, *backend_, numerics),
         shape_(make_shape(m_->config)),
-        info_(make_info(m_->config, m_->layout, m_->description)) {}
+        info_(make_info(m_->config, m_->layout, m_->description)) {
+    info_.numerics = model::numerics_name(numerics);
+  }
 
   const ModelInfo& info() const override { return info_; }
 
@@ -107,13 +110,23 @@ class ModelImpl final : public Model {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
+Result<NumericsMode> parse_numerics(const std::string& name) {
+  if (name == "auto") return NumericsMode::kAuto;
+  if (name == "exact") return NumericsMode::kExact;
+  if (name == "release") return NumericsMode::kRelease;
+  return Status::invalid_argument("numerics must be auto, exact or release, got '" + name + "'");
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, NumericsMode numerics) {
   DI_ASSIGN_OR_RETURN(std::unique_ptr<model::LoadedModel> m, model::load_model_dir(dir));
-  return std::unique_ptr<Model>(new ModelImpl(std::move(m)));
+  const model::Numerics n = model::resolve_numerics(numerics == NumericsMode::kAuto ? "auto"
+                                                    : numerics == NumericsMode::kExact ? "exact" : "release",
+                                                    m->config);
+  return std::unique_ptr<Model>(new ModelImpl(std::move(m), n));
 }
 
 Result<std::unique_ptr<Model>> Model::load_default() {
-  return std::unique_ptr<Model>(new ModelImpl(model::load_embedded_model()));
+  return std::unique_ptr<Model>(new ModelImpl(model::load_embedded_model(), model::Numerics::kExact));
 }
 
 }  // namespace deepinfer

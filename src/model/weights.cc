@@ -157,6 +157,7 @@ class Binder {
       DI_RETURN_IF_ERROR(scale_values(*s, {(rows + kBlock - 1) / kBlock, (cols + kBlock - 1) / kBlock}, &scale));
       out->data.resize(static_cast<size_t>(rows) * cols);
       dequant_fp8_blocks(t->data, scale.data(), rows, cols, kBlock, out->data.data());
+      out->quantized = true;
       return Status::ok();
     }
     if (t->dtype == DType::kI8 || t->dtype == DType::kU8) {
@@ -172,6 +173,7 @@ class Binder {
       DI_RETURN_IF_ERROR(scale_values(*s, {rows, cols / kGroup}, &scale));
       out->data.resize(static_cast<size_t>(rows) * cols);
       dequant_fp4_groups(t->data, scale.data(), rows, cols, kGroup, out->data.data());
+      out->quantized = true;
       return Status::ok();
     }
     return Status::invalid_argument("tensor '" + t->name + "': unsupported dtype " + io::dtype_name(t->dtype) +

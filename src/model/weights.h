@@ -25,6 +25,7 @@ struct Matrix {
   std::vector<float> data;
   int rows = 0;  // out features
   int cols = 0;  // in features
+  bool quantized = false;  // stored as FP8 or FP4 in the checkpoint (release numerics quantize its input)
 };
 
 struct CompressorWeights {

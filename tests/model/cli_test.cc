@@ -74,7 +74,8 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, LogitsWritesEveryRowAndPrintsShape) {
   const RunResult r = run_cli("logits --model " + fixture("v4-tiny-a") + " --ids 5,17,42 --chunk 2 --out " + out_file());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(r.output, "3 512\n");
+  EXPECT_EQ(without_notes(r.output), "3 512\n");
+  EXPECT_NE(r.output.find("deepinfer: numerics exact"), std::string::npos) << r.output;
   ASSERT_EQ(fs::file_size(out_file()), 3u * 512u * 4u);
   // Same numbers as the library.
   auto m = Model::load(fixture("v4-tiny-a"));
@@ -369,6 +370,14 @@ TEST_F(CliTest, GenerateChatAndTextPromptsWithATokenizer) {
   r = run_cli("generate --model " + d + " --prompt Hi! --max-tokens 2 --ignore-eos --format jsonl");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(r.output)["num_prompt_tokens"], 3);
+}
+
+TEST_F(CliTest, NumericsFlag) {
+  expect_error(run_cli("logits --model " + fixture("v4-tiny-a") + " --ids 5 --numerics fp8 --out " + out_file()),
+               "numerics must be auto, exact or release");
+  const RunResult r = run_cli("generate --model " + fixture("v4-tiny-a") + " --prompt-ids 5,6 --max-tokens 2 --numerics exact");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(without_notes(r.output))["numerics"], "exact");
 }
 
 TEST_F(CliTest, PerplexityErrors) {

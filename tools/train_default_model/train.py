@@ -247,7 +247,10 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    model = model.float()
+    # Reload the exported checkpoint in fp32 rather than calling .float() on the bf16 model:
+    # model.to(bfloat16) also rounds float buffers such as RoPE's inv_freq, which the checkpoint
+    # does not store (engines recompute them in fp32 from the config).
+    model = DeepseekV4ForCausalLM.from_pretrained(export, dtype=torch.float32).to(device).eval()
     nll, n = score_text(model, held_ids, a.eval_window, device)
     log(f"held-out: {n} predicted tokens, mean NLL {nll:.4f}, perplexity {math.exp(nll):.3f}")
     first = torch.tensor(held_ids[:a.eval_window], device=device).unsqueeze(0)
