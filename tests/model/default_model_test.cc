@@ -13,8 +13,8 @@
 namespace deepinfer {
 namespace {
 
-// Observed 5.3e-3 against a reference made with the GPU's default fp32 matmul settings.
-constexpr double kTolerance = 1e-2;
+// Observed 1.3e-5 (logits span [-14.4, 13.3]); the bound leaves room for summation-order noise.
+constexpr double kTolerance = 1e-3;
 
 TEST(DefaultModel, LogitsMatchTransformersOnHeldOutText) {
   const std::string dir = std::string(DEEPINFER_SOURCE_DIR) + "/models/v4-code-19m";
