@@ -276,8 +276,20 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   bf(qr.data(), qr.size());
   std::vector<float> q(static_cast<size_t>(T) * H * hd);
   lin(qr.data(), T, L.wq_b, q.data(), Lin::kQuantized);
-  backend_.rms_norm(q.data(), T * H, hd, nullptr, eps, q.data());
-  bf(q.data(), q.size());
+  if (release_) {
+    // The official per-head norm runs in bf16 tensor ops: square, mean (fp32 accumulate, bf16
+    // result), + eps, rsqrt, multiply — each rounded to bf16.
+    for (int r = 0; r < T * H; ++r) {
+      float* v = &q[static_cast<size_t>(r) * hd];
+      float ss = 0.0f;
+      for (int i = 0; i < hd; ++i) ss += round_bf16(v[i] * v[i]);
+      const float ms = round_bf16(round_bf16(ss / static_cast<float>(hd)) + eps);
+      const float inv = round_bf16(1.0f / std::sqrt(ms));
+      for (int i = 0; i < hd; ++i) v[i] = round_bf16(v[i] * inv);
+    }
+  } else {
+    backend_.rms_norm(q.data(), T * H, hd, nullptr, eps, q.data());
+  }
   backend_.rope(q.data(), T, H, hd, pos, rope, false);
   bf(q.data(), q.size());
 
@@ -405,8 +417,38 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   }
   row_begin[T] = static_cast<int>(rows.size());
   std::vector<float> o(static_cast<size_t>(T) * H * hd);
-  backend_.sink_attention(q.data(), T, H, hd, rows, row_begin, L.attn_sink.data(), 1.0f / std::sqrt(static_cast<float>(hd)),
-                          o.data());
+  const float att_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (release_) {
+    // The official kernel: fp32 scores and softmax statistics, probabilities rounded to bf16 before
+    // they weight V, the sink only in the denominator.
+    std::vector<float> sc;
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < H; ++h) {
+        const float* qv = &q[(static_cast<size_t>(t) * H + h) * hd];
+        float* ov = &o[(static_cast<size_t>(t) * H + h) * hd];
+        const int b = row_begin[t], e = row_begin[t + 1];
+        sc.resize(static_cast<size_t>(e - b));
+        float mx = -INFINITY;
+        for (int r = b; r < e; ++r) {
+          float d = 0.0f;
+          for (int i = 0; i < hd; ++i) d += qv[i] * rows[r][i];
+          sc[r - b] = d * att_scale;
+          mx = std::max(mx, sc[r - b]);
+        }
+        float sum = 0.0f;
+        std::fill(ov, ov + hd, 0.0f);
+        for (int r = b; r < e; ++r) {
+          const float p = std::exp(sc[r - b] - mx);
+          sum += p;
+          const float pb = round_bf16(p);
+          for (int i = 0; i < hd; ++i) ov[i] += pb * rows[r][i];
+        }
+        sum += std::exp(L.attn_sink[h] - mx);
+        for (int i = 0; i < hd; ++i) ov[i] /= sum;
+      }
+  } else {
+    backend_.sink_attention(q.data(), T, H, hd, rows, row_begin, L.attn_sink.data(), att_scale, o.data());
+  }
   // Now that every query has read the ring, store each sequence's newest W raw rows in it.
   for (size_t s = 0; s < nseq; ++s) {
     const int b = st.offset[s], e = st.offset[s + 1];
