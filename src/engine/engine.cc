@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -299,7 +300,10 @@ class LLMImpl final : public LLM {
   Result<std::vector<RequestOutput>> step() override { return step_impl(/*report_unfinished=*/true); }
 
   Status abort(const std::string& request_id) override {
-    auto it = find(request_id);
+    core::RequestId id = 0;
+    const char* end = request_id.data() + request_id.size();
+    const auto [ptr, ec] = std::from_chars(request_id.data(), end, id);
+    auto it = ec == std::errc() && ptr == end ? requests_.find(id) : requests_.end();
     if (it == requests_.end()) return Status::not_found("no unfinished request with id '" + request_id + "'");
     finish(*it->second, FinishReason::kAbort, "");
     changed_.insert(it->first);
@@ -307,7 +311,7 @@ class LLMImpl final : public LLM {
   }
 
   bool has_unfinished_requests() const override {
-    return scheduler_->has_unfinished() || in_flight_.has_value() || !changed_.empty();
+    return scheduler_->has_unfinished() || in_flight_ != nullptr || !changed_.empty();
   }
   const Tokenizer* tokenizer() const override { return tokenizer_.get(); }
   int vocab_size() const override { return model_->config.vocab_size; }
@@ -331,48 +335,35 @@ class LLMImpl final : public LLM {
  private:
   LLMImpl() = default;
 
-  std::map<core::RequestId, std::unique_ptr<EngineRequest>>::iterator find(const std::string& request_id) {
-    for (auto it = requests_.begin(); it != requests_.end(); ++it)
-      if (it->second->out.request_id == request_id) return it;
-    return requests_.end();
-  }
-
-  engine::StepInput make_step_input(core::SchedulerOutput so) {
-    engine::StepInput in;
-    so.freed.insert(so.freed.begin(), pending_freed_.begin(), pending_freed_.end());
+  // Plans a step and hands it to the worker; null when nothing can run (the plan's freed ids
+  // then wait for the next step that runs).
+  std::shared_ptr<const engine::StepInput> plan() {
+    core::SchedulerOutput so = scheduler_->schedule();
+    pending_freed_.insert(pending_freed_.end(), so.freed.begin(), so.freed.end());
+    if (so.requests.empty()) return nullptr;
+    auto in = std::make_shared<engine::StepInput>();
+    so.freed = std::move(pending_freed_);
     pending_freed_.clear();
     for (const core::ScheduledRequest& r : so.requests)
-      if (r.is_new) in.new_infos[r.id] = requests_.at(r.id)->info;
-    in.sched = std::move(so);
+      if (r.is_new) in->new_infos[r.id] = requests_.at(r.id)->info;
+    in->sched = std::move(so);
+    worker_->submit(in);
     return in;
   }
 
   Result<std::vector<RequestOutput>> step_impl(bool report_unfinished) {
-    Status status = Status::ok();
+    const bool had_in_flight = in_flight_ != nullptr;
+    std::shared_ptr<const engine::StepInput> next = plan();
+    const bool planned = next != nullptr;
     if (options_.async_scheduling) {
-      // Plan N+1 and hand it over before waiting for N.
-      std::optional<core::SchedulerOutput> next;
-      core::SchedulerOutput so = scheduler_->schedule();
-      if (!so.requests.empty()) {
-        next = so;
-        worker_->submit(make_step_input(std::move(so)));
-      } else if (!so.freed.empty()) {
-        pending_freed_.insert(pending_freed_.end(), so.freed.begin(), so.freed.end());
-      }
-      if (in_flight_) status = process(*in_flight_, worker_->wait());
+      // Step N+1 is already with the worker; now take step N's tokens.
+      if (in_flight_) process(in_flight_->sched, worker_->wait());
       in_flight_ = std::move(next);
-      if (!next_has_progress(status)) status = Status::internal("the scheduler made no progress");
-    } else {
-      core::SchedulerOutput so = scheduler_->schedule();
-      if (!so.requests.empty()) {
-        core::SchedulerOutput copy = so;
-        worker_->submit(make_step_input(std::move(so)));
-        status = process(copy, worker_->wait());
-      } else {
-        pending_freed_.insert(pending_freed_.end(), so.freed.begin(), so.freed.end());
-        if (scheduler_->has_unfinished() && changed_.empty()) status = Status::internal("the scheduler made no progress");
-      }
+    } else if (next) {
+      process(next->sched, worker_->wait());
     }
+    // Nothing ran, nothing was in flight and nothing changed, yet requests remain: a bug.
+    const bool stuck = !had_in_flight && !planned && scheduler_->has_unfinished() && changed_.empty();
     std::vector<RequestOutput> outs;
     for (core::RequestId id : changed_) {
       auto it = requests_.find(id);
@@ -385,17 +376,11 @@ class LLMImpl final : public LLM {
       }
     }
     changed_.clear();
-    if (!status.is_ok()) return status;
+    if (stuck) return Status::internal("the scheduler made no progress");
     return outs;
   }
 
-  // In async mode an empty plan with nothing in flight while requests wait means a stuck scheduler.
-  bool next_has_progress(const Status& s) const {
-    if (!s.is_ok()) return true;
-    return in_flight_.has_value() || !scheduler_->has_unfinished() || !changed_.empty();
-  }
-
-  Status process(const core::SchedulerOutput& so, Result<core::ModelOutput> result) {
+  void process(const core::SchedulerOutput& so, Result<core::ModelOutput> result) {
     ++stats_.steps;
     if (!result.is_ok()) {
       // A step failed: every request in it ends with the error; the engine keeps serving others.
@@ -406,7 +391,7 @@ class LLMImpl final : public LLM {
         finish(*it->second, FinishReason::kError, "");
         changed_.insert(r.id);
       }
-      return Status::ok();
+      return;
     }
     for (const core::ScheduledRequest& r : so.requests) {
       auto it = requests_.find(r.id);
@@ -422,7 +407,6 @@ class LLMImpl final : public LLM {
       on_token(*it->second, t);
       changed_.insert(t.id);
     }
-    return Status::ok();
   }
 
   void on_token(EngineRequest& er, const core::SampledToken& t) {
@@ -492,7 +476,7 @@ class LLMImpl final : public LLM {
   std::map<core::RequestId, std::unique_ptr<EngineRequest>> requests_;
   std::set<core::RequestId> changed_;
   std::vector<core::RequestId> pending_freed_;
-  std::optional<core::SchedulerOutput> in_flight_;
+  std::shared_ptr<const engine::StepInput> in_flight_;  // async: the step the worker is running
   core::RequestId next_id_ = 0;
   EngineStats stats_;
 };

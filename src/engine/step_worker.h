@@ -1,10 +1,12 @@
 // The thread that runs model steps, in submission order. The engine thread submits step N+1 and
-// then waits for step N, so scheduling and output processing overlap the model's work.
+// then waits for step N, so scheduling and output processing overlap the model's work. Steps are
+// shared, immutable: the engine keeps the plan of the step in flight without copying it.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -34,7 +36,7 @@ class StepWorker {
     thread_.join();
   }
 
-  void submit(StepInput in) {
+  void submit(std::shared_ptr<const StepInput> in) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       jobs_.push_back(std::move(in));
@@ -54,7 +56,7 @@ class StepWorker {
  private:
   void loop() {
     for (;;) {
-      StepInput job;
+      std::shared_ptr<const StepInput> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
@@ -62,7 +64,7 @@ class StepWorker {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      Result<core::ModelOutput> r = fn_(job);
+      Result<core::ModelOutput> r = fn_(*job);
       {
         std::lock_guard<std::mutex> lock(mu_);
         results_.push_back(std::move(r));
@@ -74,7 +76,7 @@ class StepWorker {
   Fn fn_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<StepInput> jobs_;
+  std::deque<std::shared_ptr<const StepInput>> jobs_;
   std::deque<Result<core::ModelOutput>> results_;
   bool stop_ = false;
   std::thread thread_;  // last: starts after the members it uses exist

@@ -516,61 +516,53 @@ void DeepSeekV4::moe(const LayerWeights& L, int layer, const float* x, int T, st
       wsel[static_cast<size_t>(t) * K + k] =
           s[idx[k]] / (sum + 1e-20f) * static_cast<float>(c.routed_scaling_factor);
   }
-  // Routed experts in ascending expert order; each token's sum therefore has a fixed order.
-  std::fill(out, out + static_cast<size_t>(T) * D, 0.0f);
-  if (release_) {
-    // The official order: the routing weight multiplies inside the expert, before w2; the
-    // combination is accumulated in fp32 and rounded to bf16 once.
-    std::vector<float> xin, yout, wgt;
-    std::vector<int> who;
-    for (int e = 0; e < E; ++e) {
-      who.clear();
-      wgt.clear();
-      for (int t = 0; t < T; ++t)
-        for (int k = 0; k < K; ++k)
-          if (sel[static_cast<size_t>(t) * K + k] == e) {
-            who.push_back(t);
-            wgt.push_back(wsel[static_cast<size_t>(t) * K + k]);
-          }
-      if (who.empty()) continue;
-      const int n = static_cast<int>(who.size());
-      xin.resize(static_cast<size_t>(n) * D);
-      yout.resize(static_cast<size_t>(n) * D);
-      for (int i = 0; i < n; ++i) std::memcpy(&xin[static_cast<size_t>(i) * D], x + static_cast<size_t>(who[i]) * D, D * sizeof(float));
-      release_expert(xin.data(), n, L.experts[e], wgt.data(), yout.data());
-      for (int i = 0; i < n; ++i)
-        for (int d = 0; d < D; ++d) out[static_cast<size_t>(who[i]) * D + d] += yout[static_cast<size_t>(i) * D + d];
-    }
-    yout.resize(static_cast<size_t>(T) * D);
-    release_expert(x, T, L.shared, nullptr, yout.data());
-    for (size_t i = 0; i < static_cast<size_t>(T) * D; ++i) out[i] = round_bf16(out[i] + yout[i]);
-    return;
+  // Routed experts in ascending expert order; each token's sum therefore has a fixed order. One
+  // pass buckets the (token, slot) choices by expert, keeping token order inside a bucket.
+  std::vector<int> bucket_begin(static_cast<size_t>(E) + 1, 0), who(static_cast<size_t>(T) * K);
+  std::vector<float> wgt(who.size());
+  for (int i : sel) ++bucket_begin[static_cast<size_t>(i) + 1];
+  for (int e = 0; e < E; ++e) bucket_begin[e + 1] += bucket_begin[e];
+  {
+    std::vector<int> fill(bucket_begin.begin(), bucket_begin.end() - 1);
+    for (int t = 0; t < T; ++t)
+      for (int k = 0; k < K; ++k) {
+        const size_t i = static_cast<size_t>(t) * K + k;
+        const int at = fill[sel[i]]++;
+        who[at] = t;
+        wgt[at] = wsel[i];
+      }
   }
+  std::fill(out, out + static_cast<size_t>(T) * D, 0.0f);
   const float limit = static_cast<float>(c.swiglu_limit);
   std::vector<float> xin, yout;
-  std::vector<int> who;
-  std::vector<float> wgt;
   for (int e = 0; e < E; ++e) {
-    who.clear();
-    wgt.clear();
-    for (int t = 0; t < T; ++t)
-      for (int k = 0; k < K; ++k)
-        if (sel[static_cast<size_t>(t) * K + k] == e) {
-          who.push_back(t);
-          wgt.push_back(wsel[static_cast<size_t>(t) * K + k]);
-        }
-    if (who.empty()) continue;
-    const int n = static_cast<int>(who.size());
+    const int b = bucket_begin[e], n = bucket_begin[e + 1] - b;
+    if (n == 0) continue;
     xin.resize(static_cast<size_t>(n) * D);
     yout.resize(static_cast<size_t>(n) * D);
-    for (int i = 0; i < n; ++i) std::memcpy(&xin[static_cast<size_t>(i) * D], x + static_cast<size_t>(who[i]) * D, D * sizeof(float));
-    backend_.swiglu_expert(xin.data(), n, L.experts[e], limit, yout.data());
     for (int i = 0; i < n; ++i)
-      for (int d = 0; d < D; ++d) out[static_cast<size_t>(who[i]) * D + d] += yout[static_cast<size_t>(i) * D + d] * wgt[i];
+      std::memcpy(&xin[static_cast<size_t>(i) * D], x + static_cast<size_t>(who[b + i]) * D, D * sizeof(float));
+    if (release_) {
+      // The official order: the routing weight multiplies inside the expert, before w2.
+      release_expert(xin.data(), n, L.experts[e], &wgt[b], yout.data());
+      for (int i = 0; i < n; ++i)
+        for (int d = 0; d < D; ++d) out[static_cast<size_t>(who[b + i]) * D + d] += yout[static_cast<size_t>(i) * D + d];
+    } else {
+      backend_.swiglu_expert(xin.data(), n, L.experts[e], limit, yout.data());
+      for (int i = 0; i < n; ++i)
+        for (int d = 0; d < D; ++d)
+          out[static_cast<size_t>(who[b + i]) * D + d] += yout[static_cast<size_t>(i) * D + d] * wgt[b + i];
+    }
   }
   yout.resize(static_cast<size_t>(T) * D);
-  backend_.swiglu_expert(x, T, L.shared, limit, yout.data());
-  for (size_t i = 0; i < static_cast<size_t>(T) * D; ++i) out[i] += yout[i];
+  if (release_) {
+    // The combination is accumulated in fp32 and rounded to bf16 once.
+    release_expert(x, T, L.shared, nullptr, yout.data());
+    for (size_t i = 0; i < static_cast<size_t>(T) * D; ++i) out[i] = round_bf16(out[i] + yout[i]);
+  } else {
+    backend_.swiglu_expert(x, T, L.shared, limit, yout.data());
+    for (size_t i = 0; i < static_cast<size_t>(T) * D; ++i) out[i] += yout[i];
+  }
 }
 
 }  // namespace deepinfer::model

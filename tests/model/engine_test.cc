@@ -18,6 +18,23 @@ namespace {
 namespace fs = std::filesystem;
 using testing::fixture;
 
+// A temporary copy of v4-tiny-a (config + weights) that a test adds a tokenizer to; removed at scope end.
+class TinyModelDir {
+ public:
+  explicit TinyModelDir(const std::string& name)
+      : path_(fs::temp_directory_path() / ("deepinfer_engine_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+    fs::copy_file(fixture("v4-tiny-a/config.json"), path_ / "config.json");
+    fs::copy_file(fixture("v4-tiny-a/model.safetensors"), path_ / "model.safetensors");
+  }
+  ~TinyModelDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
 EngineOptions tiny_options() {
   EngineOptions o;
   o.model = fixture("v4-tiny-a");
@@ -241,14 +258,10 @@ TEST(Engine, StopsAtEosUnlessIgnored) {
 
 TEST(Engine, StopStringsWithATokenizer) {
   // v4-tiny-a beside the DeepSeek-V3 tokenizer (ids < 512 are short ASCII pieces there).
-  const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_tok_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  fs::copy_file(fixture("v4-tiny-a/config.json"), dir / "config.json");
-  fs::copy_file(fixture("v4-tiny-a/model.safetensors"), dir / "model.safetensors");
-  fs::copy_file(fixture("tokenizer/deepseek-v3/tokenizer.json"), dir / "tokenizer.json");
+  const TinyModelDir dir("tok");
+  fs::copy_file(fixture("tokenizer/deepseek-v3/tokenizer.json"), dir.path() / "tokenizer.json");
   EngineOptions o = tiny_options();
-  o.model = dir.string();
+  o.model = dir.path().string();
   auto llm = make(o);
   ASSERT_NE(llm->tokenizer(), nullptr);
   SamplingParams sp = greedy(24);
@@ -273,7 +286,6 @@ TEST(Engine, StopStringsWithATokenizer) {
   const auto with_stop = llm->generate({prompt}, sp)[0];
   EXPECT_EQ(with_stop.text, full.text.substr(0, cut) + stop);
   EXPECT_EQ(with_stop.token_ids, stopped.token_ids);
-  fs::remove_all(dir);
 }
 
 TEST(Engine, AbortEndsOneRequestOthersUnaffected) {
@@ -407,14 +419,10 @@ TEST(Engine, StreamingStepReportsProgress) {
 
 TEST(Engine, ChatMessagesAreRenderedWithTheV4Encoding) {
   // v4-tiny-a beside a byte-level tokenizer whose ids (bytes + chat specials) fit its vocabulary.
-  const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_chat_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  fs::copy_file(fixture("v4-tiny-a/config.json"), dir / "config.json");
-  fs::copy_file(fixture("v4-tiny-a/model.safetensors"), dir / "model.safetensors");
-  std::ofstream(dir / "tokenizer.json") << testing::byte_level_tokenizer_json();
+  const TinyModelDir dir("chat");
+  std::ofstream(dir.path() / "tokenizer.json") << testing::byte_level_tokenizer_json();
   EngineOptions o = tiny_options();
-  o.model = dir.string();
+  o.model = dir.path().string();
   auto llm = make(o);
   ASSERT_TRUE(llm);
   ASSERT_NE(llm->tokenizer(), nullptr);
@@ -429,7 +437,6 @@ TEST(Engine, ChatMessagesAreRenderedWithTheV4Encoding) {
   const auto bad = llm->generate({Prompt::from_messages_json(R"([{"role": "wizard", "content": "x"}])")}, greedy(4))[0];
   EXPECT_EQ(bad.finish_reason, FinishReason::kError);
   EXPECT_NE(bad.error.find("role"), std::string::npos) << bad.error;
-  fs::remove_all(dir);
 }
 
 }  // namespace

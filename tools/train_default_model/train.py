@@ -25,6 +25,8 @@ import argparse, hashlib, json, math, os, sys, time, glob, random
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from evaluate import evaluate_exported  # noqa: E402
 
 
 def log(*a):
@@ -88,23 +90,6 @@ def train_tokenizer(texts, vocab_size, out_dir):
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": specials[0], "eos_token": specials[1],
                    "add_bos_token": False, "add_eos_token": False, "model_max_length": 4096}, f, indent=2)
     return tok
-
-
-@torch.no_grad()
-def score_text(model, ids, window, device):
-    """Mean NLL per predicted token, windows scored independently (deepinfer perplexity's rule)."""
-    total, count = 0.0, 0
-    for s in range(0, len(ids), window):
-        w = ids[s:s + window]
-        if len(w) < 2:
-            continue
-        x = torch.tensor(w, device=device).unsqueeze(0)
-        logits = model(input_ids=x).logits[0].double()
-        lp = torch.log_softmax(logits[:-1], dim=-1)
-        nll = -lp.gather(1, x[0, 1:].unsqueeze(1)).squeeze(1)
-        total += nll.sum().item()
-        count += nll.numel()
-    return total / count, count
 
 
 def main():
@@ -173,7 +158,6 @@ def main():
     heldout_text = "".join(t if t.endswith("\n") else t + "\n" for t in held_texts)[:a.heldout_chars]
     with open(os.path.join(a.out, "heldout.txt"), "w") as f:
         f.write(heldout_text)
-    held_ids = tok.encode(heldout_text, add_special_tokens=False).ids
 
     # 3. model
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
@@ -243,32 +227,9 @@ def main():
             dst.write(src.read())
     log("exported: " + ", ".join(f"{f_} {os.path.getsize(os.path.join(export, f_))/1e6:.1f} MB" for f_ in sorted(os.listdir(export))))
 
-    # 5. evaluation on the exported weights, computed in exact fp32 (TF32 off, like the oracles)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    # Reload the exported checkpoint in fp32 rather than calling .float() on the bf16 model:
-    # model.to(bfloat16) also rounds float buffers such as RoPE's inv_freq, which the checkpoint
-    # does not store (engines recompute them in fp32 from the config).
-    model = DeepseekV4ForCausalLM.from_pretrained(export, dtype=torch.float32).to(device).eval()
-    nll, n = score_text(model, held_ids, a.eval_window, device)
-    log(f"held-out: {n} predicted tokens, mean NLL {nll:.4f}, perplexity {math.exp(nll):.3f}")
-    first = torch.tensor(held_ids[:a.eval_window], device=device).unsqueeze(0)
-    with torch.no_grad():
-        lg = model(input_ids=first).logits[0].float().cpu()
-    from safetensors.torch import save_file
-    save_file({"input_ids": first[0, :64].cpu().to(torch.int64), "logits": lg[:64].contiguous()},
-              os.path.join(a.out, "heldout_logits.safetensors"))
-    samples = {}
-    for prompt in ["def fibonacci(n):", "import os\n\n\ndef ", "class Stack:\n    def __init__(self):"]:
-        ids = tok.encode(prompt, add_special_tokens=False).ids
-        x = torch.tensor(ids, device=device).unsqueeze(0)
-        with torch.no_grad():
-            for _ in range(64):
-                nxt = model(input_ids=x).logits[0, -1].argmax().item()
-                x = torch.cat([x, torch.tensor([[nxt]], device=device)], dim=1)
-        samples[prompt] = {"ids": x[0].tolist(), "text": tok.decode(x[0].tolist(), skip_special_tokens=False)}
-        log(f"sample {prompt!r} -> {samples[prompt]['text']!r}")
+    # 5. evaluation on the exported weights, computed in exact fp32 (see evaluate.py)
+    ev = evaluate_exported(export, heldout_text, a.out, a.eval_window, log)
+    nll, n, samples = ev["heldout_mean_nll"], ev["heldout_tokens"], ev["samples"]
     report = {"params": n_params, "steps": done, "batch": a.batch, "seq": a.seq, "lr": a.lr, "seed": a.seed,
               "train_tokens": len(stream), "tokens_seen": done * a.batch * a.seq, "train_seconds": train_secs,
               "final_train_loss": sum(losses[-20:]) / min(20, len(losses)), "heldout_tokens": n,
