@@ -237,6 +237,7 @@ nlohmann::ordered_json output_json(size_t index, const RequestOutput& o, bool ha
   j["num_prompt_tokens"] = o.prompt_token_ids.size();
   j["seed"] = o.seed;
   j["numerics"] = o.numerics;
+  j["kv_cache_dtype"] = o.kv_cache_dtype;
   if (!o.logprobs.empty()) {
     OJson lps = OJson::array();
     for (const auto& lp : o.logprobs) {
@@ -283,7 +284,8 @@ int run_generate(const Args& a) {
                                  "--top-k", "--min-p", "--repetition-penalty", "--presence-penalty",
                                  "--frequency-penalty", "--seed", "--max-tokens", "--min-tokens", "--logprobs",
                                  "--stop-token-ids", "--max-num-seqs", "--max-num-batched-tokens", "--cache-mib",
-                                 "--block-size", "--max-model-len", "--threads", "--chunk", "--format", "--numerics"});
+                                 "--block-size", "--max-model-len", "--threads", "--chunk", "--format", "--numerics",
+                                 "--kv-cache-dtype"});
       !s.is_ok())
     return fail(s);
   const int sources = static_cast<int>(a.opts.count("--prompt")) + static_cast<int>(a.opts.count("--prompt-ids")) +
@@ -325,6 +327,7 @@ int run_generate(const Args& a) {
   }
   eo.async_scheduling = !has_flag(a, "--no-async");
   if (a.opts.count("--numerics")) eo.numerics = a.opts.at("--numerics");
+  if (a.opts.count("--kv-cache-dtype")) eo.kv_cache_dtype = a.opts.at("--kv-cache-dtype");
 
   // Inputs.
   std::vector<Prompt> prompts;

@@ -30,11 +30,13 @@ const char* kUsage =
     "                     [--stop S]... [--stop-token-ids 1,2] [--ignore-eos] [--logprobs N] [--keep-special-tokens]\n"
     "                     [--out OUT.jsonl] [--max-num-seqs N] [--max-num-batched-tokens N] [--chunk N]\n"
     "                     [--cache-mib N] [--block-size N] [--max-model-len N] [--threads N] [--no-async]\n"
-    "                     [--numerics auto|exact|release] [--progress | --no-progress]\n"
+    "                     [--numerics auto|exact|release] [--kv-cache-dtype auto|float32|bfloat16|fp8]\n"
+    "                     [--progress | --no-progress]\n"
     "      batch generation; one JSON line per input, in input order: index, text, token_ids,\n"
     "      finish_reason, logprobs (if asked), seed, timings. JSONL lines carry \"prompt\", \"messages\" or\n"
     "      \"prompt_ids\" and optional \"sampling_params\" (vLLM names). Greedy unless --temperature > 0.\n"
-    "  deepinfer logits   [--model DIR] --ids 5,17,42 [--chunk N] [--numerics auto|exact|release] --out FILE\n"
+    "  deepinfer logits   [--model DIR] --ids 5,17,42 [--chunk N] [--numerics auto|exact|release]\n"
+    "                     [--kv-cache-dtype auto|float32|bfloat16|fp8] --out FILE\n"
     "      writes the logits of every position as little-endian float32 [T, V] and prints \"T V\"\n"
     "      --chunk N feeds the prompt N tokens at a time through the decode state (1: token by token)\n"
     "  deepinfer tokenize   (--tokenizer FILE | --model DIR) (--text TEXT | --jsonl IN) [--add-special-tokens]\n"
@@ -43,20 +45,24 @@ const char* kUsage =
     "      prints one JSON line {\"text\": \"...\"} per input (JSONL lines carry \"ids\")\n"
     "  deepinfer perplexity [--model DIR] --text-file FILE [--window 512]\n"
     "      mean negative log-likelihood per token and perplexity of the text (windows scored independently)\n"
+    "      also takes --numerics and --kv-cache-dtype\n"
+    "  deepinfer cache-info (--model DIR | --config FILE) [--block-size N]\n"
+    "      state-cache bytes per request slot and per page under each KV cache dtype (one JSON line each)\n"
     "Without --model the default model is used: models/v4-code-19m of the source tree, a small DeepSeek-V4\n"
     "trained on Python code (or, if that folder is missing, an embedded model with random weights).\n";
 
 deepinfer::Result<std::unique_ptr<deepinfer::Model>> open_model(const Args& a) {
-  deepinfer::NumericsMode numerics = deepinfer::NumericsMode::kAuto;
+  deepinfer::LoadOptions lo;
   if (a.opts.count("--numerics")) {
-    DI_ASSIGN_OR_RETURN(numerics, deepinfer::parse_numerics(a.opts.at("--numerics")));
+    DI_ASSIGN_OR_RETURN(lo.numerics, deepinfer::parse_numerics(a.opts.at("--numerics")));
   }
+  if (a.opts.count("--kv-cache-dtype")) lo.kv_cache_dtype = a.opts.at("--kv-cache-dtype");
   auto it = a.opts.find("--model");
-  if (it != a.opts.end()) return deepinfer::Model::load(it->second, numerics);
+  if (it != a.opts.end()) return deepinfer::Model::load(it->second, lo);
   const std::string dir = default_model_dir();
   if (!dir.empty()) {
     std::fprintf(stderr, "deepinfer: no --model given; using the default model %s\n", dir.c_str());
-    return deepinfer::Model::load(dir, numerics);
+    return deepinfer::Model::load(dir, lo);
   }
   auto m = deepinfer::Model::load_default();
   if (m.is_ok()) std::fprintf(stderr, "deepinfer: no --model given; using the %s\n", (*m)->info().description.c_str());
@@ -64,7 +70,8 @@ deepinfer::Result<std::unique_ptr<deepinfer::Model>> open_model(const Args& a) {
 }
 
 int run_logits(const Args& a) {
-  if (Status s = check_known(a, {"--model", "--ids", "--chunk", "--out", "--numerics"}); !s.is_ok()) return fail(s);
+  if (Status s = check_known(a, {"--model", "--ids", "--chunk", "--out", "--numerics", "--kv-cache-dtype"}); !s.is_ok())
+    return fail(s);
   if (!a.opts.count("--ids")) return fail(Status::invalid_argument("logits: --ids is required"));
   if (!a.opts.count("--out")) return fail(Status::invalid_argument("logits: --out is required"));
   std::vector<int32_t> ids;
@@ -94,7 +101,31 @@ int run_logits(const Args& a) {
   f.write(reinterpret_cast<const char*>(all.data()), static_cast<std::streamsize>(all.size() * sizeof(float)));
   if (!f) return fail(Status::io_error("writing " + out + " failed"));
   std::printf("%zu %d\n", ids.size(), V);
-  std::fprintf(stderr, "deepinfer: numerics %s\n", (*model)->info().numerics.c_str());
+  std::fprintf(stderr, "deepinfer: numerics %s, kv cache %s\n", (*model)->info().numerics.c_str(),
+               (*model)->info().kv_cache_dtype.c_str());
+  return 0;
+}
+
+// `deepinfer cache-info`: the state cache's bytes under each KV cache dtype, from a config alone.
+int run_cache_info(const Args& a) {
+  if (Status s = check_known(a, {"--model", "--config", "--block-size"}); !s.is_ok()) return fail(s);
+  if (a.opts.count("--model") == a.opts.count("--config"))
+    return fail(Status::invalid_argument("cache-info: give exactly one of --model DIR or --config FILE"));
+  long long bs = 0;
+  if (a.opts.count("--block-size") && !parse_int(a.opts.at("--block-size"), 1, 1 << 20, &bs))
+    return fail(Status::invalid_argument("--block-size must be a positive integer"));
+  const std::string src = a.opts.count("--model") ? a.opts.at("--model") : a.opts.at("--config");
+  auto rows = deepinfer::state_cache_bytes(src, static_cast<int>(bs));
+  if (!rows.is_ok()) return fail(rows.status());
+  for (const deepinfer::StateCacheBytes& b : *rows) {
+    std::printf("{\"kv_cache_dtype\": \"%s\", \"block_size\": %d, \"slot_bytes\": %lld, \"window_bytes\": %lld, "
+                "\"page_bytes\": %lld, \"page_bytes_per_token\": %.2f, \"request_bytes_1k\": %lld, "
+                "\"request_bytes_32k\": %lld, \"request_bytes_1m\": %lld}\n",
+                b.kv_cache_dtype.c_str(), b.block_size, static_cast<long long>(b.slot_bytes),
+                static_cast<long long>(b.window_bytes), static_cast<long long>(b.page_bytes),
+                static_cast<double>(b.page_bytes) / b.block_size, static_cast<long long>(b.request_bytes(1024)),
+                static_cast<long long>(b.request_bytes(32768)), static_cast<long long>(b.request_bytes(1 << 20)));
+  }
   return 0;
 }
 
@@ -215,6 +246,7 @@ int main(int argc, char** argv) {
   if (a.command == "logits") return run_logits(a);
   if (a.command == "generate") return run_generate(a);
   if (a.command == "perplexity") return run_perplexity(a, default_model_dir());
+  if (a.command == "cache-info") return run_cache_info(a);
   if (a.command == "tokenize") return run_tokenize(a);
   if (a.command == "detokenize") return run_detokenize(a);
   if (a.command == "help" || a.command == "--help") {

@@ -16,7 +16,8 @@
 namespace deepinfer_cli {
 
 int run_perplexity(const Args& a, const std::string& default_model_dir) {
-  if (Status s = check_known(a, {"--model", "--text-file", "--window"}); !s.is_ok()) return fail(s);
+  if (Status s = check_known(a, {"--model", "--text-file", "--window", "--numerics", "--kv-cache-dtype"}); !s.is_ok())
+    return fail(s);
   if (!a.opts.count("--text-file")) return fail(Status::invalid_argument("perplexity: --text-file is required"));
   long long window = 512;
   if (a.opts.count("--window") && !parse_int(a.opts.at("--window"), 2, 1 << 20, &window))
@@ -34,7 +35,14 @@ int run_perplexity(const Args& a, const std::string& default_model_dir) {
   if (!tok.is_ok()) return fail(tok.status().with_context("perplexity needs the model's tokenizer"));
   auto ids = (*tok)->encode(ss.str(), /*add_special_tokens=*/false);
   if (!ids.is_ok()) return fail(ids.status().with_context(path));
-  auto model = deepinfer::Model::load(dir);
+  deepinfer::LoadOptions lo;
+  if (a.opts.count("--numerics")) {
+    auto n = deepinfer::parse_numerics(a.opts.at("--numerics"));
+    if (!n.is_ok()) return fail(n.status());
+    lo.numerics = *n;
+  }
+  if (a.opts.count("--kv-cache-dtype")) lo.kv_cache_dtype = a.opts.at("--kv-cache-dtype");
+  auto model = deepinfer::Model::load(dir, lo);
   if (!model.is_ok()) return fail(model.status());
   const int V = (*model)->info().vocab_size;
 

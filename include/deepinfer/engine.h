@@ -83,6 +83,7 @@ struct RequestOutput {
   std::string error;                   // FinishReason::kError: what was wrong with the request
   uint64_t seed = 0;                   // the seed the request's draws used
   std::string numerics;                // "exact" or "release": the numerics that produced it
+  std::string kv_cache_dtype;          // "float32", "bfloat16" or "fp8": how its KV cache was stored
   int num_preemptions = 0;
   // Timings in seconds from the request's arrival.
   double time_to_first_token = 0.0;
@@ -105,6 +106,9 @@ struct EngineOptions {
   // "auto" (release numerics for checkpoints with an fp8 quantization_config, exact otherwise),
   // "exact" or "release"; see deepinfer/model.h.
   std::string numerics = "auto";
+  // State-cache storage of KV rows and indexer keys: "auto", "float32", "bfloat16" or "fp8"; see
+  // LoadOptions in deepinfer/model.h.
+  std::string kv_cache_dtype = "auto";
 };
 
 struct EngineStats {
@@ -116,6 +120,7 @@ struct EngineStats {
   int block_size = 0;
   int64_t slot_bytes = 0;
   int64_t page_bytes = 0;
+  std::string kv_cache_dtype;      // "float32", "bfloat16" or "fp8"
 };
 
 // Not thread-safe: call it from one thread at a time (it runs its own step thread inside).

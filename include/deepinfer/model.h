@@ -18,12 +18,21 @@
 namespace deepinfer {
 
 // Numerics: kExact — weights dequantized, activations fp32 (transformers' math); kRelease — the
-// official inference code's quantization-aware numerics (FP8 activations before FP8/FP4 GEMMs, FP8
-// KV rows, Hadamard + FP4 indexer, bf16 activations) — EXPERIMENTAL: it does not yet reproduce the
-// official fixture (issue #6); kAuto — exact for now (release for FP8 checkpoints once it does).
+// official inference code's quantization-aware numerics (FP8 activations before FP8/FP4 GEMMs, bf16
+// activations where it keeps bf16, Hadamard-rotated indexer; docs/numerics.md); kAuto — release for
+// checkpoints whose config has an fp8 quantization_config (the released format), exact otherwise.
 enum class NumericsMode { kAuto, kExact, kRelease };
 // "auto" / "exact" / "release" -> mode; an error naming the value otherwise.
 Result<NumericsMode> parse_numerics(const std::string& name);
+
+struct LoadOptions {
+  NumericsMode numerics = NumericsMode::kAuto;
+  // How the state cache stores KV rows and indexer keys: "auto" (float32 under exact numerics,
+  // bfloat16 under release — lossless for each), "float32", "bfloat16", or "fp8" (KV rows FP8 e4m3
+  // with bf16 RoPE dims, indexer keys FP4 e2m1: rounds them through those formats, the quantization
+  // the release was trained with; 584 B per 512-d row instead of 1 KiB in bf16).
+  std::string kv_cache_dtype = "auto";
+};
 
 struct ModelInfo {
   int vocab_size = 0;
@@ -32,8 +41,25 @@ struct ModelInfo {
   int eos_token_id = -1;
   std::string layout;       // "official", "transformers" or "embedded"
   std::string numerics;     // "exact" or "release": what this load computes
+  std::string kv_cache_dtype;  // "float32", "bfloat16" or "fp8"
   std::string description;  // one line for logs
 };
+
+// State-cache memory of a model under one KV cache dtype, from its config alone.
+struct StateCacheBytes {
+  std::string kv_cache_dtype;  // "float32", "bfloat16" or "fp8"
+  int block_size = 0;          // token positions per page
+  int64_t slot_bytes = 0;      // per running request, whatever its length: window rings + compressor buffers
+  int64_t window_bytes = 0;    // the part of slot_bytes that is sliding-window KV rows
+  int64_t page_bytes = 0;      // per block_size positions: compressed KV rows + indexer keys
+  // Cache bytes of one request holding `tokens` positions: a slot plus the pages that cover them.
+  int64_t request_bytes(int64_t tokens) const {
+    return slot_bytes + (page_bytes > 0 ? (tokens + block_size - 1) / block_size * page_bytes : 0);
+  }
+};
+// For `config_json` (a config.json path, or a model folder holding one): one entry per KV cache
+// dtype (float32, bfloat16, fp8), pages of `block_size` positions (0: the engine's default).
+Result<std::vector<StateCacheBytes>> state_cache_bytes(const std::string& config_json, int block_size = 0);
 
 // One request's decode state (window KV, compressed rows, compressor buffers, indexer keys).
 class Session {
@@ -49,6 +75,8 @@ class Model {
   // Loads config.json and safetensors (single file or sharded) from `dir`. Every tensor is checked
   // against the config before this returns.
   static Result<std::unique_ptr<Model>> load(const std::string& dir, NumericsMode numerics = NumericsMode::kAuto);
+  // Errors also for a kv_cache_dtype outside the list above.
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadOptions& options);
   // The embedded default model: a small V4 with deterministic random weights generated in process.
   static Result<std::unique_ptr<Model>> load_default();
 

@@ -107,6 +107,11 @@ class LLMImpl final : public LLM {
     if (o.numerics != "auto" && !model::numerics_from_name(o.numerics))
       return Status::invalid_argument("numerics must be auto, exact or release, got '" + o.numerics + "'");
     e->numerics_ = model::resolve_numerics(o.numerics, c);
+    if (o.kv_cache_dtype != "auto" && !model::kv_cache_dtype_from_name(o.kv_cache_dtype))
+      return Status::invalid_argument("kv_cache_dtype must be auto, float32, bfloat16 or fp8, got '" +
+                                      o.kv_cache_dtype + "'");
+    const model::KvCacheDtype kv_dtype =
+        model::resolve_kv_cache_dtype(o.kv_cache_dtype, e->numerics_ == model::Numerics::kRelease);
     if (o.max_num_seqs < 1) return Status::invalid_argument("max_num_seqs must be at least 1");
     if (o.max_num_batched_tokens < 1) return Status::invalid_argument("max_num_batched_tokens must be at least 1");
     if (o.long_prefill_token_threshold < 0) return Status::invalid_argument("long_prefill_token_threshold must be >= 0");
@@ -114,16 +119,16 @@ class LLMImpl final : public LLM {
     e->max_model_len_ = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
     if (e->max_model_len_ <= 1) return Status::invalid_argument("the model's context length is not set (max_model_len)");
     const int block_size = o.block_size > 0 ? o.block_size : model::default_block_size(c);
-    DI_ASSIGN_OR_RETURN(model::StateCacheShape shape, model::make_state_cache_shape(c, block_size));
+    DI_ASSIGN_OR_RETURN(model::StateCacheShape shape, model::make_state_cache_shape(c, block_size, kv_dtype));
 
     // Memory: one slot per running request, the rest of the budget in pages.
     kv::CacheLayout layout;
     layout.block_size = block_size;
     layout.num_slots = o.max_num_seqs;
-    layout.uses_pages = shape.page_floats > 0;
-    const int64_t slots_bytes = static_cast<int64_t>(shape.slot_bytes()) * o.max_num_seqs;
+    layout.uses_pages = shape.page_bytes > 0;
+    const int64_t slots_bytes = static_cast<int64_t>(shape.slot_bytes) * o.max_num_seqs;
     if (layout.uses_pages) {
-      const int64_t page = static_cast<int64_t>(shape.page_bytes());
+      const int64_t page = static_cast<int64_t>(shape.page_bytes);
       int64_t budget = o.cache_bytes;
       if (budget == 0) {  // auto: 1 GiB of pages, at least enough for one request of max_model_len
         const int64_t one_request = (e->max_model_len_ + block_size - 1) / block_size * page;
@@ -132,7 +137,7 @@ class LLMImpl final : public LLM {
       if (budget <= slots_bytes)
         return Status::invalid_argument("cache budget of " + std::to_string(budget) + " bytes does not cover the " +
                                         std::to_string(o.max_num_seqs) + " state slots (" +
-                                        std::to_string(shape.slot_bytes()) + " bytes each) plus any page (" +
+                                        std::to_string(shape.slot_bytes) + " bytes each) plus any page (" +
                                         std::to_string(page) + " bytes)");
       const int64_t blocks = (budget - slots_bytes) / page;
       if (blocks < 1)
@@ -293,6 +298,7 @@ class LLMImpl final : public LLM {
     er->out.prompt_token_ids = std::move(ids);
     er->out.seed = seed;
     er->out.numerics = model::numerics_name(numerics_);
+    er->out.kv_cache_dtype = model::kv_cache_dtype_name(shape_.kv_row.dtype);
     requests_[id] = std::move(er);
     return std::to_string(id);
   }
@@ -321,8 +327,9 @@ class LLMImpl final : public LLM {
     s.preemptions = scheduler_->num_preemptions();
     s.num_blocks = layout_.num_blocks;
     s.block_size = layout_.block_size;
-    s.slot_bytes = static_cast<int64_t>(shape_.slot_bytes());
-    s.page_bytes = static_cast<int64_t>(shape_.page_bytes());
+    s.slot_bytes = static_cast<int64_t>(shape_.slot_bytes);
+    s.page_bytes = static_cast<int64_t>(shape_.page_bytes);
+    s.kv_cache_dtype = model::kv_cache_dtype_name(shape_.kv_row.dtype);
     return s;
   }
   std::string description() const override { return model_->description; }

@@ -95,7 +95,7 @@ Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache,
                                       std::to_string(cache.num_slots()));
     const int64_t end = q.start + static_cast<int64_t>(q.tokens.size());
     if (q.start < 0) return Status::invalid_argument(who + " starts at a negative position");
-    if (shape.page_floats > 0) {
+    if (shape.page_bytes > 0) {
       const int64_t need = (end + shape.block_size - 1) / shape.block_size;
       if (static_cast<int64_t>(q.block_table.size()) < need)
         return Status::invalid_argument(who + " needs " + std::to_string(need) + " pages for " + std::to_string(end) +
@@ -134,17 +134,23 @@ Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache,
     bf(collapsed.data(), collapsed.size());
     backend_.rms_norm(collapsed.data(), T, D, L.attn_norm.data(), norm_eps, normed.data());
     bf(normed.data(), normed.size());
+    tap(l, "attn_in", normed.data(), normed.size());
     attention(L, l, st, cache, normed.data(), sub_out.data());
+    tap(l, "attn_out", sub_out.data(), sub_out.size());
     backend_.hc_post(X.data(), sub_out.data(), T, hc, D, mix);
     bf(X.data(), X.size());
+    tap(l, "h_mid", X.data(), X.size());
 
     backend_.hc_pre(X.data(), T, hc, D, L.hc_ffn, c.hc_sinkhorn_iters, hc_eps, norm_eps, collapsed.data(), &mix);
     bf(collapsed.data(), collapsed.size());
     backend_.rms_norm(collapsed.data(), T, D, L.ffn_norm.data(), norm_eps, normed.data());
     bf(normed.data(), normed.size());
+    tap(l, "ffn_in", normed.data(), normed.size());
     moe(L, l, normed.data(), T, st.tokens, sub_out.data());
+    tap(l, "ffn_out", sub_out.data(), sub_out.size());
     backend_.hc_post(X.data(), sub_out.data(), T, hc, D, mix);
     bf(X.data(), X.size());
+    tap(l, "h_out", X.data(), X.size());
   }
   // Only the rows that produce logits go through the head.
   std::vector<int> rows;
@@ -172,16 +178,18 @@ Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache,
 // window that closes. HCA (overlap=false): a row pools the `ratio` tokens of its window. CSA
 // (overlap=true, width = 2*head): a row pools series A of the previous window and series B of its
 // own, 2*ratio slots under one softmax per channel. New rows are normed, rotated to the position of
-// their window's first token and written to the page of that position.
+// their window's first token, brought to what the cache stores (kv_format.h; indexer keys are first
+// Hadamard-rotated when `index_key`) and written to the page of that position.
 void DeepSeekV4::compress(const CompressorWeights& w, const CompressorSlotLayout& cl, int ratio, bool overlap,
-                          int head, const float* a, const float* z, int T, int64_t start, float* slot,
+                          int head, const float* a, const float* z, int T, int64_t start, uint8_t* slot,
                           StateStorage& cache, std::span<const int> block_table, size_t page_offset,
-                          int rows_per_page, RowQuant quant) const {
+                          int rows_per_page, bool index_key) const {
   const int width = overlap ? 2 * head : head;
-  float* buf_kv = slot + cl.buf_kv;
-  float* buf_gate = slot + cl.buf_gate;
-  float* prev_kv = slot + cl.prev_kv;
-  float* prev_gate = slot + cl.prev_gate;
+  auto floats = [slot](size_t at) { return reinterpret_cast<float*>(slot + at); };  // 16-byte aligned
+  float* buf_kv = floats(cl.buf_kv);
+  float* buf_gate = floats(cl.buf_gate);
+  float* prev_kv = floats(cl.prev_kv);
+  float* prev_gate = floats(cl.prev_gate);
   const int first_row = static_cast<int>(start / ratio);
   std::vector<const float*> kv_ptr, gate_ptr;
   std::vector<float> fresh;  // [n_new, head]
@@ -236,24 +244,20 @@ void DeepSeekV4::compress(const CompressorWeights& w, const CompressorSlotLayout
   for (int r = 0; r < n_new; ++r) rpos[r] = static_cast<int64_t>(first_row + r) * ratio;
   backend_.rope(fresh.data(), n_new, 1, head, rpos.data(), rope_compress_, false);
   bf(fresh.data(), fresh.size());
-  if (release_) {
-    const int nope = head - config_.rope_head_dim;
-    for (int r = 0; r < n_new; ++r) {
-      float* row = fresh.data() + static_cast<size_t>(r) * head;
-      if (quant == RowQuant::kKvFp8) {
-        fp8_round_trip(row, nope, 64);
-      } else if (quant == RowQuant::kIndexerFp4) {
-        hadamard(row, head, 1.0f / std::sqrt(static_cast<float>(head)));
-        round_bf16(row, head);
-        fp4_round_trip(row, head, 32);
-      }
-    }
-  }
+  const StateCacheShape& shape = cache.shape();
+  const size_t row_bytes = index_key ? shape.index_row.bytes() : shape.kv_row.bytes();
   for (int r = 0; r < n_new; ++r) {
+    float* v = fresh.data() + static_cast<size_t>(r) * head;
+    if (index_key && rotate_index(shape)) {
+      hadamard(v, head, 1.0f / std::sqrt(static_cast<float>(head)));
+      bf(v, head);
+    }
     const int row = first_row + r;
-    float* dst = cache.page(block_table[row / rows_per_page]) + page_offset +
-                 static_cast<size_t>(row % rows_per_page) * head;
-    std::memcpy(dst, fresh.data() + static_cast<size_t>(r) * head, head * sizeof(float));
+    uint8_t* dst = cache.page(block_table[row / rows_per_page]) + page_offset + static_cast<size_t>(row % rows_per_page) * row_bytes;
+    if (index_key)
+      shape.index_row.encode(v, dst);
+    else
+      shape.kv_row.encode(v, dst);
   }
 }
 
@@ -274,6 +278,7 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   lin(x, T, L.wq_a, qr.data(), Lin::kQuantized);
   backend_.rms_norm(qr.data(), T, c.q_lora_rank, L.q_norm.data(), eps, qr.data());
   bf(qr.data(), qr.size());
+  tap(layer, "qr", qr.data(), qr.size());
   std::vector<float> q(static_cast<size_t>(T) * H * hd);
   lin(qr.data(), T, L.wq_b, q.data(), Lin::kQuantized);
   if (release_) {
@@ -292,6 +297,7 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   }
   backend_.rope(q.data(), T, H, hd, pos, rope, false);
   bf(q.data(), q.size());
+  tap(layer, "q", q.data(), q.size());
 
   // The single shared KV head: K == V. Release numerics round its non-RoPE dims through FP8.
   std::vector<float> kv(static_cast<size_t>(T) * hd);
@@ -300,8 +306,10 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   bf(kv.data(), kv.size());
   backend_.rope(kv.data(), T, 1, hd, pos, rope, false);
   bf(kv.data(), kv.size());
-  if (release_)
-    for (int t = 0; t < T; ++t) fp8_round_trip(&kv[static_cast<size_t>(t) * hd], hd - c.rope_head_dim, 64);
+  // The chunk's own rows read exactly what the cache will hold for them (kv_format.h).
+  const StateCacheShape& shape = cache.shape();
+  for (int t = 0; t < T; ++t) shape.kv_row.round_trip(&kv[static_cast<size_t>(t) * hd]);
+  tap(layer, "kv", kv.data(), kv.size());
 
   // Compressed rows (§4.6): emitted for every window that closes inside this chunk.
   if (L.has_compressor) {
@@ -314,11 +322,12 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
       if (n == 0) continue;
       compress(L.compressor, CL.compressor, ratio, kind == AttentionKind::kCsa, hd, &a[static_cast<size_t>(b) * width],
                &z[static_cast<size_t>(b) * width], n, st.seqs[s].start, cache.slot(st.seqs[s].slot), cache,
-               st.seqs[s].block_table, CL.rows, CL.rows_per_page, RowQuant::kKvFp8);
+               st.seqs[s].block_table, CL.rows, CL.rows_per_page, false);
     }
   }
-  auto compressed_row = [&](size_t s, int r) -> const float* {
-    return cache.page(st.seqs[s].block_table[r / CL.rows_per_page]) + CL.rows + static_cast<size_t>(r % CL.rows_per_page) * hd;
+  const size_t kv_bytes = shape.kv_row.bytes(), key_bytes = shape.index_row.bytes();
+  auto compressed_row = [&](size_t s, int r) -> const uint8_t* {
+    return cache.page(st.seqs[s].block_table[r / CL.rows_per_page]) + CL.rows + static_cast<size_t>(r % CL.rows_per_page) * kv_bytes;
   };
 
   // Lightning indexer (§4.7): its own compressor gives keys; queries pick top-k visible rows.
@@ -333,20 +342,24 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
     backend_.rope(qi.data(), T, nI, ih, pos, rope_compress_, false);
     bf(qi.data(), qi.size());
     lin(x, T, L.indexer.weights_proj, wts.data(), Lin::kBf16);
-    if (release_) {
-      // Queries rotated and rounded through FP4 like the keys; both scales folded into the weights.
+    if (rotate_index(shape)) {
+      // Queries rotated like the keys (and, with an FP8 cache, rounded through FP4 like them).
       for (size_t h = 0; h < static_cast<size_t>(T) * nI; ++h) {
         float* v = &qi[h * ih];
         hadamard(v, ih, 1.0f / std::sqrt(static_cast<float>(ih)));
-        round_bf16(v, ih);
-        fp4_round_trip(v, ih, 32);
+        bf(v, ih);
+        if (shape.index_row.dtype == KvCacheDtype::kFP8) fp4_round_trip(v, ih, 32);
       }
+    }
+    if (release_) {  // both scales folded into the weights, in bf16
       const float wscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ih)) / std::sqrt(static_cast<double>(nI)));
       for (float& v : wts) v = round_bf16(v * wscale);
     } else {
       const float wscale = 1.0f / std::sqrt(static_cast<float>(nI));
       for (float& v : wts) v *= wscale;
     }
+    tap(layer, "iq", qi.data(), qi.size());
+    tap(layer, "iw", wts.data(), wts.size());
     std::vector<float> keys, score;
     for (size_t s = 0; s < nseq; ++s) {
       const int b = st.offset[s], n = st.offset[s + 1] - b;
@@ -354,15 +367,14 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
       const SeqChunk& sq = st.seqs[s];
       compress(L.indexer.compressor, CL.index_compressor, ratio, true, ih, &a[static_cast<size_t>(b) * 2 * ih],
                &z[static_cast<size_t>(b) * 2 * ih], n, sq.start, cache.slot(sq.slot), cache, sq.block_table,
-               CL.index_keys, CL.rows_per_page, RowQuant::kIndexerFp4);
+               CL.index_keys, CL.rows_per_page, true);
       // This sequence's keys, gathered from its pages into one [total, ih] array.
       const int total = static_cast<int>((sq.start + n) / ratio);
       keys.resize(static_cast<size_t>(std::max(total, 1)) * ih);
       for (int r = 0; r < total; ++r)
-        std::memcpy(&keys[static_cast<size_t>(r) * ih],
-                    cache.page(sq.block_table[r / CL.rows_per_page]) + CL.index_keys +
-                        static_cast<size_t>(r % CL.rows_per_page) * ih,
-                    ih * sizeof(float));
+        shape.index_row.decode(cache.page(sq.block_table[r / CL.rows_per_page]) + CL.index_keys +
+                                   static_cast<size_t>(r % CL.rows_per_page) * key_bytes,
+                               &keys[static_cast<size_t>(r) * ih]);
       std::vector<int> nvis(n);
       for (int t = 0; t < n; ++t) nvis[t] = std::min<int>(static_cast<int>((pos[b + t] + 1) / ratio), total);
       const int stride = std::max(total, 1);
@@ -394,24 +406,54 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   }
 
   // KV rows each query attends to: window rows (oldest first), then compressed rows (§4.5). Window
-  // rows before the chunk come from the sequence's ring, the chunk's own rows from `kv`.
+  // rows before the chunk come from the sequence's ring, the chunk's own rows from `kv`. Stored rows
+  // are read in place when the cache is fp32, else decoded once per sequence into `decoded`.
   const int W = c.sliding_window;
+  const bool in_place = shape.kv_row.dtype == KvCacheDtype::kF32;
+  std::vector<std::vector<float>> decoded(nseq);
   std::vector<const float*> rows;
-  std::vector<int> row_begin(T + 1, 0);
+  std::vector<int> row_begin(T + 1, 0), at;
   for (size_t s = 0; s < nseq; ++s) {
-    const int b = st.offset[s];
+    const int b = st.offset[s], e = st.offset[s + 1];
+    if (b == e) continue;
     const int64_t p0 = st.seqs[s].start;
-    const float* ring = cache.slot(st.seqs[s].slot) + CL.window;
-    for (int t = b; t < st.offset[s + 1]; ++t) {
+    const uint8_t* ring = cache.slot(st.seqs[s].slot) + CL.window;
+    auto stored_ring_row = [&](int64_t p) { return ring + static_cast<size_t>(p % W) * kv_bytes; };
+    const int64_t ring_first = std::max<int64_t>(0, p0 - W + 1);  // the chunk reads ring positions [ring_first, p0)
+    const int ring_rows = in_place ? 0 : static_cast<int>(p0 - ring_first);
+    // Compressed rows this sequence's queries read, numbered in first-use order.
+    int n_comp = 0;
+    at.assign(kind == AttentionKind::kSliding ? 0 : static_cast<size_t>((pos[e - 1] + 1) / ratio), -1);
+    if (kind == AttentionKind::kHca) {
+      for (int& a : at) a = n_comp++;
+    } else if (kind == AttentionKind::kCsa) {
+      for (int t = b; t < e; ++t)
+        for (int r : selected[t])
+          if (at[r] < 0) at[r] = n_comp++;
+    }
+    std::vector<float>& buf = decoded[s];
+    if (!in_place) {
+      buf.resize(static_cast<size_t>(ring_rows + n_comp) * hd);
+      for (int64_t p = ring_first; p < p0; ++p) shape.kv_row.decode(stored_ring_row(p), &buf[static_cast<size_t>(p - ring_first) * hd]);
+      for (size_t r = 0; r < at.size(); ++r)
+        if (at[r] >= 0) shape.kv_row.decode(compressed_row(s, static_cast<int>(r)), &buf[static_cast<size_t>(ring_rows + at[r]) * hd]);
+    }
+    auto ring_row = [&](int64_t p) -> const float* {
+      return in_place ? reinterpret_cast<const float*>(stored_ring_row(p)) : &buf[static_cast<size_t>(p - ring_first) * hd];
+    };
+    auto comp_row = [&](int r) -> const float* {
+      return in_place ? reinterpret_cast<const float*>(compressed_row(s, r)) : &buf[static_cast<size_t>(ring_rows + at[r]) * hd];
+    };
+    for (int t = b; t < e; ++t) {
       row_begin[t] = static_cast<int>(rows.size());
       const int64_t first = std::max<int64_t>(0, pos[t] - W + 1);
       for (int64_t p = first; p <= pos[t]; ++p)
-        rows.push_back(p < p0 ? ring + static_cast<size_t>(p % W) * hd : &kv[static_cast<size_t>(b + (p - p0)) * hd]);
+        rows.push_back(p < p0 ? ring_row(p) : &kv[static_cast<size_t>(b + (p - p0)) * hd]);
       if (kind == AttentionKind::kHca) {
         const int n = static_cast<int>((pos[t] + 1) / ratio);
-        for (int r = 0; r < n; ++r) rows.push_back(compressed_row(s, r));
+        for (int r = 0; r < n; ++r) rows.push_back(comp_row(r));
       } else if (kind == AttentionKind::kCsa) {
-        for (int r : selected[t]) rows.push_back(compressed_row(s, r));
+        for (int r : selected[t]) rows.push_back(comp_row(r));
       }
     }
   }
@@ -436,15 +478,16 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
           mx = std::max(mx, sc[r - b]);
         }
         float sum = 0.0f;
-        std::fill(ov, ov + hd, 0.0f);
         for (int r = b; r < e; ++r) {
-          const float p = std::exp(sc[r - b] - mx);
-          sum += p;
-          const float pb = round_bf16(p);
-          for (int i = 0; i < hd; ++i) ov[i] += pb * rows[r][i];
+          sc[r - b] = std::exp(sc[r - b] - mx);
+          sum += sc[r - b];
         }
         sum += std::exp(L.attn_sink[h] - mx);
-        for (int i = 0; i < hd; ++i) ov[i] /= sum;
+        std::fill(ov, ov + hd, 0.0f);
+        for (int r = b; r < e; ++r) {
+          const float p = sc[r - b] / sum;
+          for (int i = 0; i < hd; ++i) ov[i] += p * rows[r][i];
+        }
       }
   } else {
     backend_.sink_attention(q.data(), T, H, hd, rows, row_begin, L.attn_sink.data(), att_scale, o.data());
@@ -452,14 +495,16 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   // Now that every query has read the ring, store each sequence's newest W raw rows in it.
   for (size_t s = 0; s < nseq; ++s) {
     const int b = st.offset[s], e = st.offset[s + 1];
-    float* ring = cache.slot(st.seqs[s].slot) + CL.window;
+    uint8_t* ring = cache.slot(st.seqs[s].slot) + CL.window;
     for (int t = std::max(b, e - W); t < e; ++t)
-      std::memcpy(ring + static_cast<size_t>(pos[t] % W) * hd, &kv[static_cast<size_t>(t) * hd], hd * sizeof(float));
+      shape.kv_row.encode(&kv[static_cast<size_t>(t) * hd], ring + static_cast<size_t>(pos[t] % W) * kv_bytes);
   }
   bf(o.data(), o.size());
+  tap(layer, "o", o.data(), o.size());
   // V carried RoPE on its tail; rotating the output back by the query position makes it relative.
   backend_.rope(o.data(), T, H, hd, pos, rope, true);
   bf(o.data(), o.size());
+  tap(layer, "o_rot", o.data(), o.size());
 
   // Grouped low-rank output projection: heads split into o_groups groups, each to o_lora_rank.
   const int G = c.o_groups, gw = H * hd / G, R = c.o_lora_rank;
@@ -472,6 +517,7 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
     for (int t = 0; t < T; ++t)
       std::memcpy(&zo[(static_cast<size_t>(t) * G + g) * R], &gout[static_cast<size_t>(t) * R], R * sizeof(float));
   }
+  tap(layer, "zo", zo.data(), zo.size());
   lin(zo.data(), T, L.wo_b, out, Lin::kQuantized);
 }
 
@@ -515,6 +561,11 @@ void DeepSeekV4::moe(const LayerWeights& L, int layer, const float* x, int T, st
     for (int k = 0; k < K; ++k)
       wsel[static_cast<size_t>(t) * K + k] =
           s[idx[k]] / (sum + 1e-20f) * static_cast<float>(c.routed_scaling_factor);
+  }
+  if (tap_) {  // observation only: routing is not overwritten
+    tap(layer, "moe_w", wsel.data(), wsel.size());
+    std::vector<float> ids(sel.begin(), sel.end());
+    tap(layer, "moe_i", ids.data(), ids.size());
   }
   // Routed experts in ascending expert order; each token's sum therefore has a fixed order. One
   // pass buckets the (token, slot) choices by expert, keeping token order inside a bucket.

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -46,6 +48,18 @@ class DeepSeekV4 {
   const ModelConfig& config() const { return config_; }
   Numerics numerics() const { return numerics_; }
 
+  // Diagnostics: when set, forward() hands the tap the step's intermediate activations, all tokens
+  // at once, before they are used: per layer l "L{l}.attn_in" [T, D] (normed attention input),
+  // "L{l}.qr" [T, q_lora], "L{l}.q" [T, H, head] (after RoPE), "L{l}.kv" [T, head], "L{l}.iq"
+  // [T, index heads, index dim] and "L{l}.iw" [T, index heads] (CSA layers), "L{l}.o" [T, H, head]
+  // (attention output), "L{l}.o_rot" (after the inverse RoPE), "L{l}.zo" [T, groups * o_lora],
+  // "L{l}.attn_out" [T, D], "L{l}.h_mid" [T, hc, D] (streams after attention), "L{l}.ffn_in",
+  // "L{l}.moe_w" / "L{l}.moe_i" [T, top-k] (routing weights, expert ids), "L{l}.ffn_out",
+  // "L{l}.h_out". The tap may overwrite the data: a test feeds an outside reference's activations
+  // in (teacher forcing) to check each block alone. Costs nothing when unset.
+  using Tap = std::function<void(const std::string& name, float* data, size_t n)>;
+  void set_tap(Tap tap) { tap_ = std::move(tap); }
+
  private:
   // How a linear's input and output are treated under release numerics: kQuantized — FP8 block
   // quantization of the input when the weight was FP8/FP4 in the checkpoint, bf16 output; kBf16 —
@@ -54,8 +68,9 @@ class DeepSeekV4 {
   void lin(const float* x, int M, const Matrix& W, float* y, Lin kind) const;
   // bf16 rounding under release numerics, nothing under exact.
   void bf(float* x, size_t n) const;
-  // What happens to new compressed rows after norm and RoPE (release numerics only).
-  enum class RowQuant { kNone, kKvFp8, kIndexerFp4 };
+  // Indexer queries and keys are Walsh–Hadamard rotated under release numerics (the official code
+  // does) and whenever keys are stored as FP4 (the rotation is what FP4 is meant to see).
+  bool rotate_index(const StateCacheShape& s) const { return release_ || s.index_row.dtype == KvCacheDtype::kFP8; }
   void release_expert(const float* x, int n, const ExpertWeights& e, const float* row_weight, float* y) const;
 
   struct Step;  // the flattened batch: positions, offsets, sequence of each token
@@ -64,10 +79,11 @@ class DeepSeekV4 {
                  float* out) const;
   // Feeds one sequence's T projections (a: kv, z: gate, [T, width] each) through a compressor whose
   // state is in `slot`; each window that closes yields one row, normed, rotated and stored in the
-  // sequence's pages at `page_offset` (rows_per_page rows of `head` floats per page).
+  // sequence's pages at `page_offset` (rows_per_page encoded rows per page: KV rows, or indexer keys
+  // when `index_key`).
   void compress(const CompressorWeights& w, const CompressorSlotLayout& cl, int ratio, bool overlap, int head,
-                const float* a, const float* z, int T, int64_t start, float* slot, StateStorage& cache,
-                std::span<const int> block_table, size_t page_offset, int rows_per_page, RowQuant quant) const;
+                const float* a, const float* z, int T, int64_t start, uint8_t* slot, StateStorage& cache,
+                std::span<const int> block_table, size_t page_offset, int rows_per_page, bool index_key) const;
   void moe(const LayerWeights& L, int layer, const float* x, int T, std::span<const int32_t> tokens, float* out) const;
 
   const ModelConfig& config_;
@@ -76,6 +92,10 @@ class DeepSeekV4 {
   backend::RopeTable rope_main_, rope_compress_;
   Numerics numerics_;
   bool release_ = false;
+  Tap tap_;
+  void tap(int layer, const char* what, float* data, size_t n) const {
+    if (tap_) tap_("L" + std::to_string(layer) + "." + what, data, n);
+  }
 };
 
 }  // namespace deepinfer::model

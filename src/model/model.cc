@@ -1,6 +1,11 @@
 // Implements the public deepinfer::Model over the CPU backend and model::DeepSeekV4.
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "deepinfer/model.h"
@@ -8,6 +13,7 @@
 #include "model/config.h"
 #include "base/check.h"
 #include "model/deepseek_v4.h"
+#include "model/kv_format.h"
 #include "model/loaded_model.h"
 #include "model/numerics.h"
 #include "model/weights.h"
@@ -36,22 +42,23 @@ ModelInfo make_info(const model::ModelConfig& c, const std::string& layout, cons
   return i;
 }
 
-model::StateCacheShape make_shape(const model::ModelConfig& c) {
-  Result<model::StateCacheShape> s = model::make_state_cache_shape(c, model::default_block_size(c));
+model::StateCacheShape make_shape(const model::ModelConfig& c, model::KvCacheDtype kv) {
+  Result<model::StateCacheShape> s = model::make_state_cache_shape(c, model::default_block_size(c), kv);
   DI_CHECK(s.is_ok(), "default block size is valid by construction");
   return std::move(s).value();
 }
 
 class ModelImpl final : public Model {
  public:
-  ModelImpl(std::unique_ptr<model::LoadedModel> m, model::Numerics numerics)
+  ModelImpl(std::unique_ptr<model::LoadedModel> m, model::Numerics numerics, model::KvCacheDtype kv)
       : m_(std::move(m)),
         config_(m_->config),
         backend_(backend::make_cpu_backend()),
         net_(m_->config, m_->weights, *backend_, numerics),
-        shape_(make_shape(m_->config)),
+        shape_(make_shape(m_->config, kv)),
         info_(make_info(m_->config, m_->layout, m_->description)) {
     info_.numerics = model::numerics_name(numerics);
+    info_.kv_cache_dtype = model::kv_cache_dtype_name(kv);
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -62,7 +69,7 @@ class ModelImpl final : public Model {
     auto* s = dynamic_cast<SessionImpl*>(&session);
     if (s == nullptr) return Status::invalid_argument("session was not created by this model");
     const int64_t end = s->num_tokens_ + static_cast<int64_t>(tokens.size());
-    const int pages = shape_.page_floats > 0 ? static_cast<int>((end + shape_.block_size - 1) / shape_.block_size) : 0;
+    const int pages = shape_.page_bytes > 0 ? static_cast<int>((end + shape_.block_size - 1) / shape_.block_size) : 0;
     s->storage.grow_pages(pages);
     std::vector<int> table(s->storage.num_blocks());
     for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
@@ -118,15 +125,55 @@ Result<NumericsMode> parse_numerics(const std::string& name) {
 }
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, NumericsMode numerics) {
+  LoadOptions o;
+  o.numerics = numerics;
+  return load(dir, o);
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOptions& options) {
+  if (options.kv_cache_dtype != "auto" && !model::kv_cache_dtype_from_name(options.kv_cache_dtype))
+    return Status::invalid_argument("kv_cache_dtype must be auto, float32, bfloat16 or fp8, got '" +
+                                    options.kv_cache_dtype + "'");
   DI_ASSIGN_OR_RETURN(std::unique_ptr<model::LoadedModel> m, model::load_model_dir(dir));
-  const model::Numerics n = model::resolve_numerics(numerics == NumericsMode::kAuto ? "auto"
-                                                    : numerics == NumericsMode::kExact ? "exact" : "release",
+  const NumericsMode nm = options.numerics;
+  const model::Numerics n = model::resolve_numerics(nm == NumericsMode::kAuto    ? "auto"
+                                                    : nm == NumericsMode::kExact ? "exact"
+                                                                                 : "release",
                                                     m->config);
-  return std::unique_ptr<Model>(new ModelImpl(std::move(m), n));
+  const model::KvCacheDtype kv = model::resolve_kv_cache_dtype(options.kv_cache_dtype, n == model::Numerics::kRelease);
+  return std::unique_ptr<Model>(new ModelImpl(std::move(m), n, kv));
+}
+
+Result<std::vector<StateCacheBytes>> state_cache_bytes(const std::string& config_json, int block_size) {
+  std::string path = config_json;
+  if (std::filesystem::is_directory(path)) path = (std::filesystem::path(path) / "config.json").string();
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::not_found("cannot read " + path);
+  std::stringstream text;
+  text << f.rdbuf();
+  // A bare architecture config (the oracle configs' style) may leave out model_type.
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && !j.contains("model_type")) j["model_type"] = "deepseek_v4";
+  DI_ASSIGN_OR_RETURN(model::ModelConfig c, model::parse_model_config(j.is_object() ? j.dump() : text.str(), path));
+  if (block_size < 0) return Status::invalid_argument("block_size must be >= 0, got " + std::to_string(block_size));
+  const int bs = block_size > 0 ? block_size : model::default_block_size(c);
+  std::vector<StateCacheBytes> out;
+  for (model::KvCacheDtype d : {model::KvCacheDtype::kF32, model::KvCacheDtype::kBF16, model::KvCacheDtype::kFP8}) {
+    DI_ASSIGN_OR_RETURN(model::StateCacheShape s, model::make_state_cache_shape(c, bs, d));
+    StateCacheBytes b;
+    b.kv_cache_dtype = model::kv_cache_dtype_name(d);
+    b.block_size = bs;
+    b.slot_bytes = static_cast<int64_t>(s.slot_bytes);
+    b.window_bytes = static_cast<int64_t>(c.num_layers) * c.sliding_window * static_cast<int64_t>(s.kv_row.bytes());
+    b.page_bytes = static_cast<int64_t>(s.page_bytes);
+    out.push_back(b);
+  }
+  return out;
 }
 
 Result<std::unique_ptr<Model>> Model::load_default() {
-  return std::unique_ptr<Model>(new ModelImpl(model::load_embedded_model(), model::Numerics::kExact));
+  return std::unique_ptr<Model>(
+      new ModelImpl(model::load_embedded_model(), model::Numerics::kExact, model::KvCacheDtype::kF32));
 }
 
 }  // namespace deepinfer

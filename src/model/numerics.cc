@@ -18,10 +18,7 @@ std::optional<Numerics> numerics_from_name(std::string_view name) {
 }
 
 Numerics resolve_numerics(std::string_view name, const ModelConfig& config) {
-  // "auto" is to pick release for FP8 checkpoints once release numerics reproduce the official
-  // fixture (issue #6, in progress); until then it is exact.
-  (void)config;
-  if (name == "auto") return Numerics::kExact;
+  if (name == "auto") return config.fp8_quantized ? Numerics::kRelease : Numerics::kExact;
   const std::optional<Numerics> n = numerics_from_name(name);
   DI_CHECK(n.has_value(), "numerics name '%.*s' not validated", static_cast<int>(name.size()), name.data());
   return *n;

@@ -1,17 +1,20 @@
 // Numerics modes and the rounding steps of the release's quantization-aware inference.
 //
 // kExact: weights dequantized, every activation in fp32 — transformers' DeepseekV4ForCausalLM.
-// kRelease (work in progress, issue #6: implemented per the official code's description but not yet
-// reproducing the official fixture): what DeepSeek's official inference code does with the released
-// checkpoint:
+// kRelease: what DeepSeek's official inference code (inference/model.py of the release, run with the
+// pure-PyTorch kernels that produced the official-numerics fixture) computes with the released
+// checkpoint — checked on an H200 to reproduce that fixture bit for bit (docs/numerics.md):
 //   - FP8 e4m3 activations, blocks of 128 along the input dim with power-of-two (ue8m0) scales,
-//     before every FP8/FP4 weight GEMM; the product itself is exact (fp32 accumulate);
-//   - the non-RoPE dims of every KV row (window and compressed) rounded through FP8 in blocks of 64;
-//   - indexer queries and compressed indexer keys Walsh–Hadamard rotated and rounded through FP4
-//     e2m1 in blocks of 32;
-//   - bf16 activations where the official code keeps bf16.
-// Scales: s = 2^ceil(log2(max(amax, floor) / qmax)) (qmax 448 for e4m3, 6 for e2m1); casts round to
-// nearest, ties to even, saturating. Power-of-two scales make dequantization exact.
+//     before every FP8/FP4 weight GEMM; the product itself is exact (fp32 accumulate), bf16 out;
+//   - bf16 activations where the official code keeps bf16 (residual streams, norms' outputs, q, KV,
+//     attention output, expert hidden states, the indexer's scores);
+//   - indexer queries and compressed keys Walsh–Hadamard rotated (in bf16).
+// The official code also calls quantize-dequantize steps on the KV rows' non-RoPE dims (FP8, blocks
+// of 64) and on indexer queries/keys (FP4, blocks of 32); in the reference those keep the bf16 values
+// unchanged, so release numerics does too. Rounding through those formats comes with an FP8 KV
+// cache (kv_format.h), which stores them so.
+// Scales: s = 2^ceil(log2(max(amax, floor) * (1/qmax))) (qmax 448 for e4m3, 6 for e2m1); casts round
+// to nearest, ties to even, saturating. Power-of-two scales make dequantization exact.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +28,9 @@ enum class Numerics { kExact, kRelease };
 const char* numerics_name(Numerics n);  // "exact" / "release"
 std::optional<Numerics> numerics_from_name(std::string_view name);
 struct ModelConfig;
-// "auto" is exact for now (release for FP8 checkpoints once it reproduces the official fixture).
-// The name must be valid (callers validate user input with numerics_from_name or "auto").
+// "auto" is release for checkpoints whose config carries an fp8 quantization_config (the released
+// format), exact otherwise. The name must be valid (callers validate user input with
+// numerics_from_name or "auto").
 Numerics resolve_numerics(std::string_view name, const ModelConfig& config);
 
 // Round to the nearest bf16 value (ties to even), returned as fp32.

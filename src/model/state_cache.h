@@ -10,7 +10,9 @@
 //  - pages that grow with the sequence: page b holds the compressed KV rows of every compressed
 //    layer and the indexer keys of every CSA layer produced by token positions
 //    [b * block_size, (b + 1) * block_size) — block_size / ratio rows per layer.
-// Everything is fp32 on the CPU backend.
+// KV rows (ring and compressed) and indexer keys are stored in the cache's KvCacheDtype
+// (kv_format.h: fp32, bf16, or FP8/FP4); compressor buffers are always fp32. Offsets are in bytes;
+// fp32 regions are 16-byte aligned.
 #pragma once
 
 #include <cstddef>
@@ -19,39 +21,40 @@
 
 #include "deepinfer/status.h"
 #include "model/config.h"
+#include "model/kv_format.h"
 
 namespace deepinfer::model {
 
 struct CompressorSlotLayout {
-  size_t buf_kv = 0, buf_gate = 0;    // [ratio, width] offsets in the slot
-  size_t prev_kv = 0, prev_gate = 0;  // [ratio, head] (overlapping compressors only)
+  size_t buf_kv = 0, buf_gate = 0;    // fp32 [ratio, width] byte offsets in the slot
+  size_t prev_kv = 0, prev_gate = 0;  // fp32 [ratio, head] (overlapping compressors only)
 };
 
 struct LayerCacheLayout {
-  size_t window = 0;                 // slot offset of the ring [sliding_window, head_dim]
+  size_t window = 0;                 // slot byte offset of the ring: sliding_window KV rows
   CompressorSlotLayout compressor;   // present when the layer has a compressor
   CompressorSlotLayout index_compressor;
-  size_t rows = 0;                   // page offset of [rows_per_page, head_dim] compressed rows
-  size_t index_keys = 0;             // page offset of [rows_per_page, index_head_dim] indexer keys
+  size_t rows = 0;                   // page byte offset of rows_per_page compressed KV rows
+  size_t index_keys = 0;             // page byte offset of rows_per_page indexer keys
   int rows_per_page = 0;             // block_size / ratio (0 for sliding layers)
 };
 
 struct StateCacheShape {
   int block_size = 0;
   int window_rows = 0;  // ring capacity
+  KvRowFormat kv_row;       // every KV row: [head_dim] with qk_rope_head_dim RoPE dims
+  IndexRowFormat index_row; // every indexer key: [index_head_dim]
   std::vector<LayerCacheLayout> layers;
-  size_t slot_floats = 0;
-  size_t page_floats = 0;  // 0 when no layer is compressed
-
-  size_t slot_bytes() const { return slot_floats * sizeof(float); }
-  size_t page_bytes() const { return page_floats * sizeof(float); }
+  size_t slot_bytes = 0;
+  size_t page_bytes = 0;  // 0 when no layer is compressed
 };
 
 // The smallest valid block size >= `preferred` (a multiple of every compression ratio).
 int default_block_size(const ModelConfig& c, int preferred = 256);
 
 // Error when block_size is not a positive multiple of every compression ratio.
-Result<StateCacheShape> make_state_cache_shape(const ModelConfig& c, int block_size);
+Result<StateCacheShape> make_state_cache_shape(const ModelConfig& c, int block_size,
+                                               KvCacheDtype dtype = KvCacheDtype::kF32);
 
 // Host memory for `num_slots` slots and `num_blocks` pages. Zero-filled lazily (calloc: the OS
 // maps pages on first touch), so a large budget costs nothing until it is used.
@@ -65,16 +68,16 @@ class StateStorage {
   const StateCacheShape& shape() const { return shape_; }
   int num_slots() const { return num_slots_; }
   int num_blocks() const { return num_blocks_; }
-  float* slot(int s) { return slots_ + static_cast<size_t>(s) * shape_.slot_floats; }
-  float* page(int b) { return pages_ + static_cast<size_t>(b) * shape_.page_floats; }
+  uint8_t* slot(int s) { return slots_ + static_cast<size_t>(s) * shape_.slot_bytes; }
+  uint8_t* page(int b) { return pages_ + static_cast<size_t>(b) * shape_.page_bytes; }
   // Adds pages (single-session use: the block table is 0, 1, 2, ...).
   void grow_pages(int num_blocks);
 
  private:
   StateCacheShape shape_;
   int num_slots_ = 0, num_blocks_ = 0;
-  float* slots_ = nullptr;
-  float* pages_ = nullptr;
+  uint8_t* slots_ = nullptr;
+  uint8_t* pages_ = nullptr;
 };
 
 }  // namespace deepinfer::model

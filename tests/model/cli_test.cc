@@ -390,3 +390,52 @@ TEST_F(CliTest, PerplexityErrors) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// `cache-info` prints the library's numbers for each KV cache dtype; V4-Flash's FP8 row is 584 B.
+TEST(CliCacheInfo, PrintsTheStateCacheBytesOfEachKvCacheDtype) {
+  const std::string cfg = std::string(DEEPINFER_SOURCE_DIR) + "/tools/oracle_configs/v4-flash.json";
+  const RunResult r = run_cli("cache-info --config " + cfg);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto want = state_cache_bytes(cfg);
+  ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+  ASSERT_EQ(want->size(), 3u);
+  std::istringstream lines(r.output);
+  std::vector<std::string> got;
+  for (std::string l; std::getline(lines, l);) got.push_back(l);
+  ASSERT_EQ(got.size(), 3u) << r.output;
+  for (size_t i = 0; i < 3; ++i) {
+    const StateCacheBytes& b = (*want)[i];
+    EXPECT_NE(got[i].find("\"kv_cache_dtype\": \"" + b.kv_cache_dtype + "\""), std::string::npos) << got[i];
+    EXPECT_NE(got[i].find("\"page_bytes\": " + std::to_string(b.page_bytes) + ","), std::string::npos) << got[i];
+    EXPECT_NE(got[i].find("\"slot_bytes\": " + std::to_string(b.slot_bytes) + ","), std::string::npos) << got[i];
+  }
+  // V4-Flash, 256 positions per page: 21 CSA layers x 64 rows x (KV row + indexer key) + 20 HCA layers x 2 rows.
+  EXPECT_EQ((*want)[1].page_bytes, 21 * 64 * (1024 + 256) + 20 * 2 * 1024);  // bf16: 6,880 B per token
+  EXPECT_EQ((*want)[2].page_bytes, 21 * 64 * (584 + 68) + 20 * 2 * 584);     // fp8 + fp4 keys
+  EXPECT_EQ((*want)[1].window_bytes, 43 * 128 * 1024);
+  EXPECT_EQ((*want)[2].window_bytes, 43 * 128 * 584);
+  const RunResult bad = run_cli("cache-info --config " + cfg + " --block-size 6");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("not a multiple"), std::string::npos) << bad.output;
+  EXPECT_NE(run_cli("cache-info").exit_code, 0);
+}
+
+TEST(CliKvCacheDtype, LogitsTakesNumericsAndKvCacheDtype) {
+  const std::string d = testing::fixture("v4-small-official-numerics");
+  const std::string out = (std::filesystem::temp_directory_path() / ("deepinfer_kvd_" + std::to_string(::getpid()))).string();
+  const RunResult r = run_cli("logits --model " + d + " --ids 5,17,42,99 --kv-cache-dtype fp8 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("numerics release, kv cache fp8"), std::string::npos) << r.output;
+  const RunResult e = run_cli("logits --model " + d + " --ids 5,17 --numerics exact --out " + out);
+  EXPECT_NE(e.output.find("numerics exact, kv cache float32"), std::string::npos) << e.output;
+  const RunResult bad = run_cli("logits --model " + d + " --ids 5,17 --kv-cache-dtype fp4 --out " + out);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("kv_cache_dtype must be auto, float32, bfloat16 or fp8, got 'fp4'"), std::string::npos) << bad.output;
+  std::filesystem::remove(out);
+}
+
+}  // namespace
+}  // namespace deepinfer

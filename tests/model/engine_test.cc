@@ -98,12 +98,13 @@ SamplingParams seeded(int max_tokens, uint64_t seed) {
 // The needle test: one request alone, then inside random batches of random size with random other
 // requests, random token budgets (so random chunk sizes), overlap on and off: bitwise-identical
 // tokens and logprobs.
-void needle_test(const SamplingParams& needle_params, uint32_t seed) {
+void needle_test(const SamplingParams& needle_params, uint32_t seed, const std::string& kv_cache_dtype = "auto") {
   std::mt19937 rng(seed);
   const std::vector<int32_t> needle = random_prompt(rng, 70, 512);  // > window, several HCA rows, 5 pages
   EngineOptions solo = tiny_options();
   solo.max_num_seqs = 1;
   solo.async_scheduling = false;
+  solo.kv_cache_dtype = kv_cache_dtype;
   auto llm = make(solo);
   ASSERT_TRUE(llm);
   const RequestOutput ref = llm->generate({Prompt::from_token_ids(needle)}, needle_params)[0];
@@ -116,6 +117,7 @@ void needle_test(const SamplingParams& needle_params, uint32_t seed) {
     o.long_prefill_token_threshold = std::uniform_int_distribution<int>(0, 1)(rng) ? 0 : std::uniform_int_distribution<int>(1, 40)(rng);
     o.async_scheduling = trial % 2 == 0;
     o.max_num_seqs = std::uniform_int_distribution<int>(2, 12)(rng);
+    o.kv_cache_dtype = kv_cache_dtype;
     auto batch_llm = make(o);
     ASSERT_TRUE(batch_llm);
     const int n = std::uniform_int_distribution<int>(2, 10)(rng);
@@ -145,6 +147,31 @@ void needle_test(const SamplingParams& needle_params, uint32_t seed) {
 
 TEST(EngineNeedle, GreedyIsBatchInvariant) { needle_test(greedy(24), 1); }
 TEST(EngineNeedle, SeededSamplingIsBatchInvariant) { needle_test(seeded(24, 1234), 2); }
+// Encoded rows are a function of the row alone, so an FP8 cache keeps batch invariance.
+TEST(EngineNeedle, GreedyIsBatchInvariantWithAnFp8KvCache) { needle_test(greedy(24), 3, "fp8"); }
+
+TEST(Engine, KvCacheDtypeIsChosenReportedAndChecked) {
+  EngineOptions o = tiny_options();
+  std::mt19937 rng(21);
+  const Prompt p = Prompt::from_token_ids(random_prompt(rng, 40, 512));
+  auto dflt = make(o);
+  EXPECT_EQ(dflt->stats().kv_cache_dtype, "float32");  // exact numerics (a bf16 checkpoint): lossless fp32
+  const RequestOutput a = dflt->generate({p}, greedy(16))[0];
+  EXPECT_EQ(a.kv_cache_dtype, "float32");
+  EXPECT_EQ(a.numerics, "exact");
+  o.kv_cache_dtype = "fp8";
+  auto f8 = make(o);
+  EXPECT_EQ(f8->stats().kv_cache_dtype, "fp8");
+  EXPECT_LT(f8->stats().page_bytes * 3, dflt->stats().page_bytes);  // FP8/FP4 rows vs fp32 rows
+  const RequestOutput b = f8->generate({p}, greedy(16))[0];
+  EXPECT_EQ(b.kv_cache_dtype, "fp8");
+  ASSERT_TRUE(b.finished) << b.error;
+  o.kv_cache_dtype = "fp16";
+  auto bad = LLM::create(o);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("kv_cache_dtype"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("fp16"), std::string::npos);
+}
 
 TEST(Engine, GreedyMatchesModelForward) {
   // The engine's greedy path against the plain single-session forward (public Model API).

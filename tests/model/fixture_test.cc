@@ -45,7 +45,8 @@ class FixtureTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(testing::load_reference(GetParam().reference, &ref_)) << "missing reference " << GetParam().reference;
-    auto m = Model::load(GetParam().model_dir);
+    // transformers' fixtures check exact numerics (FP8 checkpoints default to release).
+    auto m = Model::load(GetParam().model_dir, NumericsMode::kExact);
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
     model_ = std::move(m).value();
   }
@@ -136,8 +137,10 @@ TEST(SmallOfficialExact, PrefillThenDecodeMatchesTransformers) {
   const std::string dir = testing::fixture("v4-small-official-numerics");
   auto set = io::SafetensorsSet::open_files({dir + "/reference.safetensors"});
   ASSERT_TRUE(set.is_ok()) << set.status().to_string();
-  auto m = Model::load(dir);
+  auto m = Model::load(dir, NumericsMode::kExact);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->info().numerics, "exact");
+  EXPECT_EQ((*m)->info().kv_cache_dtype, "float32");
   for (int p = 0; p < 2; ++p) {
     const std::string key = "p" + std::to_string(p) + ".";
     const auto ids = testing::to_ids(*set->find(key + "input_ids"));
