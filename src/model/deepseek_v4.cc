@@ -299,7 +299,7 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   bf(q.data(), q.size());
   tap(layer, "q", q.data(), q.size());
 
-  // The single shared KV head: K == V. Release numerics round its non-RoPE dims through FP8.
+  // The single shared KV head: K == V.
   std::vector<float> kv(static_cast<size_t>(T) * hd);
   lin(x, T, L.wkv, kv.data(), Lin::kQuantized);
   backend_.rms_norm(kv.data(), T, hd, L.kv_norm.data(), eps, kv.data());
@@ -461,8 +461,8 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
   std::vector<float> o(static_cast<size_t>(T) * H * hd);
   const float att_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   if (release_) {
-    // The official kernel: fp32 scores and softmax statistics, probabilities rounded to bf16 before
-    // they weight V, the sink only in the denominator.
+    // The official code's order: fp32 scores, max, exp, the sink only in the denominator, normalized
+    // fp32 probabilities times V.
     std::vector<float> sc;
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < H; ++h) {
