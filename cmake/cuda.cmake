@@ -48,17 +48,46 @@ if(DEEPINFER_SANITIZE)
     -Xcompiler=-fno-sanitize-recover=all,-fno-omit-frame-pointer)
 endif()
 
-add_library(deepinfer_backend_cuda STATIC src/backend/cuda/rms_norm.cu)
-target_include_directories(deepinfer_backend_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_compile_options(deepinfer_backend_cuda PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:${DEEPINFER_CUDA_FLAGS}>")
-target_link_libraries(deepinfer_backend_cuda PUBLIC CUDA::cudart)
+# Kernel families, each its own library so that its tests build and run alone.
+function(deepinfer_cuda_part name)
+  add_library(${name} STATIC ${ARGN})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(${name} PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:${DEEPINFER_CUDA_FLAGS}>")
+  target_link_libraries(${name} PUBLIC CUDA::cudart)
+endfunction()
+deepinfer_cuda_part(deepinfer_cuda_gemm src/backend/cuda/gemm.cu)
+deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu)
+deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu src/backend/cuda/rms_norm.cu)
+
+# The V4 forward on the GPU (device weights, device state cache, step orchestration).
+deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/v4_kernels.cu)
+target_link_libraries(deepinfer_backend_cuda PUBLIC deepinfer_cuda_gemm deepinfer_cuda_attention deepinfer_cuda_ops
+                                                    deepinfer_model)
 
 if(DEEPINFER_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)
-  add_executable(deepinfer_cuda_tests tests/cuda/rms_norm_test.cc)
-  target_link_libraries(deepinfer_cuda_tests PRIVATE deepinfer_backend_cuda GTest::gtest_main)
   # PRE_TEST: the test list is read when ctest runs, never by running the binary at build time
   # (building happens on machines without a GPU).
-  gtest_discover_tests(deepinfer_cuda_tests DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cuda)
+  function(deepinfer_cuda_test name)
+    add_executable(${name} ${ARGN})
+    target_link_libraries(${name} PRIVATE deepinfer_backend_cuda GTest::gtest_main)
+    target_compile_definitions(${name} PRIVATE
+      DEEPINFER_FIXTURES_DIR="${PROJECT_SOURCE_DIR}/../shared/fixtures"
+      DEEPINFER_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
+      DEEPINFER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cuda)
+  endfunction()
+  deepinfer_cuda_test(deepinfer_cuda_gemm_tests tests/cuda/gemm_test.cc)
+  deepinfer_cuda_test(deepinfer_cuda_attention_tests tests/cuda/attention_test.cc)
+  deepinfer_cuda_test(deepinfer_cuda_ops_tests tests/cuda/ops_test.cc tests/cuda/rms_norm_test.cc)
+  deepinfer_cuda_test(deepinfer_cuda_model_tests tests/cuda/model_test.cc)
 endif()
+
+# GPU benchmarks (run by tools/gpu/run_all.sh on the H200).
+add_executable(deepinfer_bench_gemm bench/cuda/gemm_bench.cc)
+target_link_libraries(deepinfer_bench_gemm PRIVATE deepinfer_cuda_gemm CUDA::cublas)
+add_executable(deepinfer_bench_model bench/cuda/model_bench.cc)
+target_link_libraries(deepinfer_bench_model PRIVATE deepinfer_backend_cuda)
+add_executable(deepinfer_bench_attention bench/cuda/attention_bench.cc)
+target_link_libraries(deepinfer_bench_attention PRIVATE deepinfer_cuda_attention)

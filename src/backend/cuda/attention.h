@@ -1,0 +1,55 @@
+// Attention-side kernels of the CUDA backend (sm_90): sparse attention with a learned sink over
+// one shared KV head, and the lightning indexer's scoring and top-k.
+//
+// Rows are given as device arrays of row pointers, so one kernel serves the sliding window (ring
+// rows of earlier steps and the chunk's own new rows), HCA (every compressed row) and CSA (the
+// indexer's picks) without knowing the cache layout. Every pointer is 16-byte aligned.
+//
+// Batch invariance: a token's outputs depend only on its own q, rows, keys and weights, computed
+// with an operation sequence chosen from its own row count (any split of the rows into chunks has a
+// size that depends on the row count alone, and partial results combine in a fixed order), never
+// from T or from other tokens.
+// All entry points are asynchronous on `stream`, allocate nothing, and never synchronize.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace deepinfer::backend::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// For token t and head h (q: [T, H, d] bf16; rows[row_begin[t] .. row_begin[t + 1]) point at d bf16
+// values each, K == V; row_begin: [T + 1] device ints; sinks: [H] fp32):
+//   s_r = scale * dot(q[t, h], row_r)            (fp32 accumulation)
+//   mx  = max(sinks[h], max_r s_r)
+//   out[t, h] = sum_r exp(s_r - mx) * row_r / (exp(sinks[h] - mx) + sum_r exp(s_r - mx))   (fp32)
+// A token with no rows gets zeros. d is 512 in DeepSeek-V4 (any multiple of 64 up to 512 must work;
+// tests use 64 and 512), H is 64 (any H >= 1). max_rows: host bound on any token's row count.
+// `workspace` (>= sink_attention_workspace_bytes(T, H, d, max_rows) bytes, 256-byte aligned) holds
+// split partial results.
+size_t sink_attention_workspace_bytes(int T, int H, int d, int max_rows);
+void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows, const int* row_begin, int max_rows,
+                    const float* sinks, float scale, float* out, void* workspace, cudaStream_t stream);
+
+// Lightning-indexer scores (q: [T, heads, dim] bf16; weights: [T, heads] fp32; token t's keys are
+// keys[key_begin[t] + w] for w < num_keys[t], each `dim` bf16 values):
+//   score[t * score_stride + w] = sum_h (max(dot(q[t, h], key_w), 0) * scale) * weights[t, h]
+// summed over h in ascending order, fp32. Entries w >= num_keys[t] are not written. dim is 128
+// (any multiple of 32 up to 256), heads 64 (any >= 1). max_keys: host bound on num_keys.
+void indexer_scores(const bf16* q, const float* weights, int T, int heads, int dim, const bf16* const* keys,
+                    const int* key_begin, const int* num_keys, int max_keys, float scale, float* score,
+                    int score_stride, cudaStream_t stream);
+
+// selected[t * k + j], j < min(k, num_keys[t]): the indices of the min(k, num_keys[t]) largest of
+// score[t * score_stride + 0 .. num_keys[t]) (ties go to the lower index), written in ascending
+// index order; the remaining entries are -1. count[t] = min(k, num_keys[t]) when count != nullptr.
+// k is 512 in DeepSeek-V4 (any 1..2048); num_keys up to 262144 (a 1M-token context at ratio 4).
+// `workspace` >= topk_workspace_bytes(T, max_keys, k) bytes.
+size_t topk_workspace_bytes(int T, int max_keys, int k);
+void topk_select(const float* score, int T, int score_stride, const int* num_keys, int max_keys, int k, int* selected,
+                 int* count, void* workspace, cudaStream_t stream);
+
+}  // namespace deepinfer::backend::cuda

@@ -1,0 +1,911 @@
+// CudaModel: device weights, device state cache, and the V4 forward as a sequence of kernel
+// launches on one stream. The order of operations mirrors model::DeepSeekV4::forward (exact
+// numerics) step for step; comments name the CPU function each block corresponds to.
+//
+// Per step the host does only bookkeeping that depends on positions (row counts, new compressed
+// rows, open-window tokens, ring stores); it packs all of it into one pinned buffer and sends it with
+// one copy. Everything that depends on activations (routing, top-k selection, row pointer lists)
+// is computed on the GPU, so the host never waits inside a step.
+
+#include "backend/cuda/cuda_model.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "backend/backend.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/v4_kernels.h"
+
+namespace deepinfer::backend::cuda {
+
+using model::AttentionKind;
+using model::ModelConfig;
+using model::SeqChunk;
+
+namespace {
+
+Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::ok();
+  return Status::internal(std::string("CUDA error in ") + what + ": " + cudaGetErrorName(e) + " (" +
+                          cudaGetErrorString(e) + ")");
+}
+#define DI_CUDA_RETURN(expr) DI_RETURN_IF_ERROR(cuda_status((expr), #expr))
+
+// Owns device allocations; frees them all on destruction.
+class DeviceArena {
+ public:
+  ~DeviceArena() {
+    for (void* p : ptrs_) cudaFree(p);
+  }
+  template <typename T>
+  Status alloc(T** out, size_t count) {
+    *out = nullptr;
+    if (count == 0) return Status::ok();
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, count * sizeof(T));
+    if (e != cudaSuccess)
+      return Status::internal("cannot allocate " + std::to_string(count * sizeof(T)) + " bytes of device memory: " +
+                              cudaGetErrorString(e));
+    ptrs_.push_back(p);
+    bytes_ += count * sizeof(T);
+    *out = static_cast<T*>(p);
+    return Status::ok();
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<void*> ptrs_;
+  size_t bytes_ = 0;
+};
+
+struct DevMatrix {
+  bf16* w = nullptr;
+  int rows = 0, cols = 0;
+};
+
+struct DevCompressor {
+  DevMatrix wkv_gate;  // [2 * width, hidden]: wkv rows, then wgate rows
+  float* ape = nullptr;
+  float* norm = nullptr;
+  int ratio = 0, head = 0, width = 0;
+  bool overlap = false;
+};
+
+struct DevHyperConn {
+  float* fn = nullptr;  // fp32 [(2 + hc) * hc, hc * hidden] (or [hc, hc * hidden] for the head)
+  float* base = nullptr;
+  float* scale = nullptr;
+};
+
+struct DevLayer {
+  DevHyperConn hc_attn, hc_ffn;
+  float *attn_norm = nullptr, *ffn_norm = nullptr;
+  DevMatrix wq_a, wq_b, wkv, wo_b;
+  float *q_norm = nullptr, *kv_norm = nullptr, *sinks = nullptr;
+  std::vector<DevMatrix> wo_a;  // o_groups x [o_lora, heads * head_dim / o_groups]
+  bool has_compressor = false, has_indexer = false;
+  DevCompressor compressor, index_compressor;
+  DevMatrix index_wq_b, index_weights_proj;
+  DevMatrix gate;
+  float* gate_bias = nullptr;
+  int32_t* tid2eid = nullptr;
+  std::vector<DevMatrix> w13, w2;  // per expert: [2 * inter, hidden] (w1 rows then w3 rows), [hidden, inter]
+  const bf16** w13_ptrs = nullptr;  // device arrays of the experts' weight pointers
+  const bf16** w2_ptrs = nullptr;
+  DevMatrix shared_w13, shared_w2;
+};
+
+// Where the step's metadata sits inside the packed buffer (byte offsets).
+struct MetaLayout {
+  size_t bytes = 0;
+  size_t add(size_t n) {
+    const size_t at = (bytes + 255) / 256 * 256;
+    bytes = at + n;
+    return at;
+  }
+};
+
+// Per (attention kind, ratio): the step's attention row counts.
+struct RowPlan {
+  std::vector<int> row_begin;  // [T + 1]
+  int max_rows = 0;
+  size_t off = 0;
+};
+// Per compression ratio: rows that close in this step, and the compressor bookkeeping.
+struct CompressPlan {
+  std::vector<NewRow> rows;
+  std::vector<int64_t> row_pos;    // first position of each new row's window (its RoPE position)
+  std::vector<int32_t> closed_seqs;
+  std::vector<int32_t> open_tokens;
+  std::vector<int> key_seq_begin;  // [S]: the sequence's first key pointer (indexer)
+  std::vector<int> key_begin, num_keys;  // [T]
+  int total_keys = 0, max_keys = 0, max_keys_per_seq = 0;
+  size_t off_rows = 0, off_pos = 0, off_closed = 0, off_open = 0, off_kseq = 0, off_kbegin = 0, off_nkeys = 0;
+};
+
+}  // namespace
+
+struct CudaModel::Impl {
+  ModelConfig config;
+  model::StateCacheShape shape;
+  CudaModelOptions opt;
+  int max_model_len = 0;
+  cudaStream_t stream = nullptr;
+  DeviceArena weights_arena, cache_arena, work_arena;
+
+  // Weights.
+  bf16* embed_table = nullptr;
+  DevMatrix head;
+  float* final_norm = nullptr;
+  DevHyperConn head_mix;
+  std::vector<DevLayer> layers;
+  float *rope_main = nullptr, *rope_compress = nullptr;
+  float rope_main_factor = 1.0f, rope_compress_factor = 1.0f;
+
+  // State cache.
+  uint8_t *slots = nullptr, *pages = nullptr;
+
+  // Activations, sized for opt.max_step_tokens tokens.
+  float *X = nullptr, *collapsed = nullptr, *post = nullptr, *comb = nullptr, *sub_out = nullptr;
+  bf16* normed = nullptr;
+  float *qr = nullptr, *q = nullptr, *kv = nullptr, *o = nullptr, *zo = nullptr;
+  bf16 *qr_bf = nullptr, *q_bf = nullptr, *kv_bf = nullptr, *og = nullptr, *zo_bf = nullptr;
+  float *comp_ab = nullptr, *fresh = nullptr;
+  float *qi = nullptr, *wts = nullptr, *scores = nullptr;
+  bf16* qi_bf = nullptr;
+  int* selected = nullptr;
+  const bf16** rows = nullptr;
+  const bf16** keys = nullptr;
+  size_t rows_capacity = 0, keys_capacity = 0, scores_capacity = 0, fresh_rows_capacity = 0;
+  void* attn_ws = nullptr;
+  void* topk_ws = nullptr;
+  size_t attn_ws_bytes = 0, topk_ws_bytes = 0;
+  float *gate_logits = nullptr, *route_w = nullptr, *perm_w = nullptr, *gu = nullptr, *y = nullptr, *ys = nullptr,
+        *gu_s = nullptr;
+  int *route_sel = nullptr, *offsets = nullptr, *perm_token = nullptr, *row_of = nullptr;
+  bf16 *xin = nullptr, *h = nullptr, *h_s = nullptr;
+  float *head_in = nullptr, *logits = nullptr;
+  bf16* head_in_bf = nullptr;
+
+  // Step metadata: packed on the host (pinned), one copy to the device.
+  uint8_t* meta_host = nullptr;
+  uint8_t* meta_dev = nullptr;
+  size_t meta_capacity = 0;
+
+  ~Impl() {
+    if (meta_host) cudaFreeHost(meta_host);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  Status allocate(bool random_weights);
+  Status upload(const model::ModelWeights& w);
+  Status randomize(uint64_t seed);
+  Status allocate_cache_and_work();
+  Status forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out);
+  Status ensure_meta(size_t bytes);
+  Status ensure_capacity(void** ptr, size_t* capacity, size_t bytes);
+
+  template <typename T>
+  T* meta_ptr(size_t off) const {
+    return reinterpret_cast<T*>(meta_dev + off);
+  }
+};
+
+namespace {
+
+std::vector<bf16> to_bf16_host(const float* x, size_t n) {
+  std::vector<bf16> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = __float2bfloat16_rn(x[i]);
+  return out;
+}
+
+}  // namespace
+
+// Allocates every weight buffer (shapes from the config).
+Status CudaModel::Impl::allocate(bool /*random_weights*/) {
+  const ModelConfig& c = config;
+  DeviceArena& A = weights_arena;
+  const int D = c.hidden_size, hc = c.hc_mult, hd = c.head_dim, H = c.num_heads;
+  auto mat = [&](DevMatrix& m, int rows, int cols) {
+    m.rows = rows;
+    m.cols = cols;
+    return A.alloc(&m.w, static_cast<size_t>(rows) * cols);
+  };
+  auto hyper = [&](DevHyperConn& hp, int mixes) -> Status {
+    DI_RETURN_IF_ERROR(A.alloc(&hp.fn, static_cast<size_t>(mixes) * hc * D));
+    DI_RETURN_IF_ERROR(A.alloc(&hp.base, static_cast<size_t>(mixes)));
+    return A.alloc(&hp.scale, 3);
+  };
+  auto compressor = [&](DevCompressor& cp, int ratio, int head, bool overlap) -> Status {
+    cp.ratio = ratio;
+    cp.head = head;
+    cp.overlap = overlap;
+    cp.width = overlap ? 2 * head : head;
+    DI_RETURN_IF_ERROR(mat(cp.wkv_gate, 2 * cp.width, D));
+    DI_RETURN_IF_ERROR(A.alloc(&cp.ape, static_cast<size_t>(ratio) * cp.width));
+    return A.alloc(&cp.norm, static_cast<size_t>(head));
+  };
+  DI_RETURN_IF_ERROR(A.alloc(&embed_table, static_cast<size_t>(c.vocab_size) * D));
+  DI_RETURN_IF_ERROR(mat(head, c.vocab_size, D));
+  DI_RETURN_IF_ERROR(A.alloc(&final_norm, static_cast<size_t>(D)));
+  DI_RETURN_IF_ERROR(hyper(head_mix, hc));
+  layers.resize(c.num_layers);
+  const int mixes = (2 + hc) * hc;
+  const int inter = c.moe_intermediate_size, inter_s = c.shared_intermediate();
+  const int G = c.o_groups, gw = H * hd / G;
+  for (int l = 0; l < c.num_layers; ++l) {
+    DevLayer& L = layers[l];
+    DI_RETURN_IF_ERROR(hyper(L.hc_attn, mixes));
+    DI_RETURN_IF_ERROR(hyper(L.hc_ffn, mixes));
+    DI_RETURN_IF_ERROR(A.alloc(&L.attn_norm, static_cast<size_t>(D)));
+    DI_RETURN_IF_ERROR(A.alloc(&L.ffn_norm, static_cast<size_t>(D)));
+    DI_RETURN_IF_ERROR(mat(L.wq_a, c.q_lora_rank, D));
+    DI_RETURN_IF_ERROR(A.alloc(&L.q_norm, static_cast<size_t>(c.q_lora_rank)));
+    DI_RETURN_IF_ERROR(mat(L.wq_b, H * hd, c.q_lora_rank));
+    DI_RETURN_IF_ERROR(mat(L.wkv, hd, D));
+    DI_RETURN_IF_ERROR(A.alloc(&L.kv_norm, static_cast<size_t>(hd)));
+    L.wo_a.resize(G);
+    for (int g = 0; g < G; ++g) DI_RETURN_IF_ERROR(mat(L.wo_a[g], c.o_lora_rank, gw));
+    DI_RETURN_IF_ERROR(mat(L.wo_b, D, G * c.o_lora_rank));
+    DI_RETURN_IF_ERROR(A.alloc(&L.sinks, static_cast<size_t>(H)));
+    const AttentionKind kind = c.layer_kinds[l];
+    L.has_compressor = kind != AttentionKind::kSliding;
+    L.has_indexer = kind == AttentionKind::kCsa;
+    if (L.has_compressor)
+      DI_RETURN_IF_ERROR(compressor(L.compressor, c.compress_ratio[l], hd, kind == AttentionKind::kCsa));
+    if (L.has_indexer) {
+      DI_RETURN_IF_ERROR(compressor(L.index_compressor, c.compress_ratio[l], c.index_head_dim, true));
+      DI_RETURN_IF_ERROR(mat(L.index_wq_b, c.index_n_heads * c.index_head_dim, c.q_lora_rank));
+      DI_RETURN_IF_ERROR(mat(L.index_weights_proj, c.index_n_heads, D));
+    }
+    DI_RETURN_IF_ERROR(mat(L.gate, c.n_routed_experts, D));
+    if (c.hash_moe[l])
+      DI_RETURN_IF_ERROR(A.alloc(&L.tid2eid, static_cast<size_t>(c.vocab_size) * c.num_experts_per_tok));
+    else
+      DI_RETURN_IF_ERROR(A.alloc(&L.gate_bias, static_cast<size_t>(c.n_routed_experts)));
+    const int E = c.n_routed_experts;
+    L.w13.resize(E);
+    L.w2.resize(E);
+    std::vector<const bf16*> p13(E), p2(E);
+    for (int e = 0; e < E; ++e) {
+      DI_RETURN_IF_ERROR(mat(L.w13[e], 2 * inter, D));
+      DI_RETURN_IF_ERROR(mat(L.w2[e], D, inter));
+      p13[e] = L.w13[e].w;
+      p2[e] = L.w2[e].w;
+    }
+    DI_RETURN_IF_ERROR(A.alloc(&L.w13_ptrs, static_cast<size_t>(E)));
+    DI_RETURN_IF_ERROR(A.alloc(&L.w2_ptrs, static_cast<size_t>(E)));
+    DI_CUDA_RETURN(cudaMemcpy(L.w13_ptrs, p13.data(), E * sizeof(bf16*), cudaMemcpyHostToDevice));
+    DI_CUDA_RETURN(cudaMemcpy(L.w2_ptrs, p2.data(), E * sizeof(bf16*), cudaMemcpyHostToDevice));
+    DI_RETURN_IF_ERROR(mat(L.shared_w13, 2 * inter_s, D));
+    DI_RETURN_IF_ERROR(mat(L.shared_w2, D, inter_s));
+  }
+  // RoPE tables (the CPU backend's fp32 computation).
+  const RopeTable main_t = make_rope_table(c.rope_main, c.rope_head_dim);
+  const RopeTable comp_t = make_rope_table(c.rope_compress, c.rope_head_dim);
+  DI_RETURN_IF_ERROR(A.alloc(&rope_main, main_t.inv_freq.size()));
+  DI_RETURN_IF_ERROR(A.alloc(&rope_compress, comp_t.inv_freq.size()));
+  DI_CUDA_RETURN(cudaMemcpy(rope_main, main_t.inv_freq.data(), main_t.inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  DI_CUDA_RETURN(cudaMemcpy(rope_compress, comp_t.inv_freq.data(), comp_t.inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  rope_main_factor = main_t.attention_factor;
+  rope_compress_factor = comp_t.attention_factor;
+  return Status::ok();
+}
+
+namespace {
+
+Status put_bf16(bf16* dst, const float* src, size_t n, size_t dst_offset = 0) {
+  const std::vector<bf16> h = to_bf16_host(src, n);
+  return cuda_status(cudaMemcpy(dst + dst_offset, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice), "weight upload");
+}
+Status put_f32(float* dst, const std::vector<float>& src) {
+  return cuda_status(cudaMemcpy(dst, src.data(), src.size() * sizeof(float), cudaMemcpyHostToDevice), "weight upload");
+}
+Status put_matrix(const DevMatrix& d, const model::Matrix& m) {
+  if (m.rows != d.rows || m.cols != d.cols)
+    return Status::internal("weight shape [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
+                            "] does not match the device buffer [" + std::to_string(d.rows) + ", " +
+                            std::to_string(d.cols) + "]");
+  return put_bf16(d.w, m.data.data(), m.data.size());
+}
+// Stacks two matrices of equal width into one [a.rows + b.rows, cols] device matrix.
+Status put_stacked(const DevMatrix& d, const model::Matrix& a, const model::Matrix& b) {
+  if (a.cols != d.cols || b.cols != d.cols || a.rows + b.rows != d.rows)
+    return Status::internal("stacked weight shapes do not match the device buffer");
+  DI_RETURN_IF_ERROR(put_bf16(d.w, a.data.data(), a.data.size()));
+  return put_bf16(d.w, b.data.data(), b.data.size(), a.data.size());
+}
+Status put_hyper(const DevHyperConn& d, const model::Matrix& fn, const std::vector<float>& base,
+                 const std::vector<float>& scale) {
+  DI_RETURN_IF_ERROR(put_f32(d.fn, fn.data));
+  DI_RETURN_IF_ERROR(put_f32(d.base, base));
+  std::vector<float> s3(3, 0.0f);
+  std::copy(scale.begin(), scale.end(), s3.begin());
+  return put_f32(d.scale, s3);
+}
+Status put_compressor(const DevCompressor& d, const model::CompressorWeights& w) {
+  DI_RETURN_IF_ERROR(put_stacked(d.wkv_gate, w.wkv, w.wgate));
+  DI_RETURN_IF_ERROR(put_f32(d.ape, w.ape));
+  return put_f32(d.norm, w.norm);
+}
+
+}  // namespace
+
+Status CudaModel::Impl::upload(const model::ModelWeights& w) {
+  const ModelConfig& c = config;
+  DI_RETURN_IF_ERROR(put_bf16(embed_table, w.embed.data.data(), w.embed.data.size()));
+  DI_RETURN_IF_ERROR(put_matrix(head, w.head));
+  DI_RETURN_IF_ERROR(put_f32(final_norm, w.norm));
+  DI_RETURN_IF_ERROR(put_hyper(head_mix, w.hc_head_fn, w.hc_head_base, w.hc_head_scale));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const model::LayerWeights& W = w.layers[l];
+    DevLayer& L = layers[l];
+    DI_RETURN_IF_ERROR(put_hyper(L.hc_attn, W.hc_attn.fn, W.hc_attn.base, W.hc_attn.scale));
+    DI_RETURN_IF_ERROR(put_hyper(L.hc_ffn, W.hc_ffn.fn, W.hc_ffn.base, W.hc_ffn.scale));
+    DI_RETURN_IF_ERROR(put_f32(L.attn_norm, W.attn_norm));
+    DI_RETURN_IF_ERROR(put_f32(L.ffn_norm, W.ffn_norm));
+    DI_RETURN_IF_ERROR(put_matrix(L.wq_a, W.wq_a));
+    DI_RETURN_IF_ERROR(put_f32(L.q_norm, W.q_norm));
+    DI_RETURN_IF_ERROR(put_matrix(L.wq_b, W.wq_b));
+    DI_RETURN_IF_ERROR(put_matrix(L.wkv, W.wkv));
+    DI_RETURN_IF_ERROR(put_f32(L.kv_norm, W.kv_norm));
+    for (size_t g = 0; g < L.wo_a.size(); ++g) DI_RETURN_IF_ERROR(put_matrix(L.wo_a[g], W.wo_a[g]));
+    DI_RETURN_IF_ERROR(put_matrix(L.wo_b, W.wo_b));
+    DI_RETURN_IF_ERROR(put_f32(L.sinks, W.attn_sink));
+    if (L.has_compressor) DI_RETURN_IF_ERROR(put_compressor(L.compressor, W.compressor));
+    if (L.has_indexer) {
+      DI_RETURN_IF_ERROR(put_compressor(L.index_compressor, W.indexer.compressor));
+      DI_RETURN_IF_ERROR(put_matrix(L.index_wq_b, W.indexer.wq_b));
+      DI_RETURN_IF_ERROR(put_matrix(L.index_weights_proj, W.indexer.weights_proj));
+    }
+    DI_RETURN_IF_ERROR(put_matrix(L.gate, W.gate));
+    if (L.tid2eid)
+      DI_CUDA_RETURN(cudaMemcpy(L.tid2eid, W.tid2eid.data(), W.tid2eid.size() * 4, cudaMemcpyHostToDevice));
+    if (L.gate_bias) DI_RETURN_IF_ERROR(put_f32(L.gate_bias, W.gate_bias));
+    for (size_t e = 0; e < L.w13.size(); ++e) {
+      DI_RETURN_IF_ERROR(put_stacked(L.w13[e], W.experts[e].w1, W.experts[e].w3));
+      DI_RETURN_IF_ERROR(put_matrix(L.w2[e], W.experts[e].w2));
+    }
+    DI_RETURN_IF_ERROR(put_stacked(L.shared_w13, W.shared.w1, W.shared.w3));
+    DI_RETURN_IF_ERROR(put_matrix(L.shared_w2, W.shared.w2));
+  }
+  return Status::ok();
+}
+
+// Benchmark weights: uniform in +-1/sqrt(fan-in) for matrices (so activations keep their scale),
+// norms 1, small position biases and mixing parameters, sinks 0, hash routes distinct per token.
+Status CudaModel::Impl::randomize(uint64_t seed) {
+  const ModelConfig& c = config;
+  uint64_t stream_id = seed * 1000003ull;
+  auto m = [&](const DevMatrix& d) { fill_uniform_bf16(d.w, static_cast<size_t>(d.rows) * d.cols, ++stream_id, 1.0f / std::sqrt(static_cast<float>(d.cols)), stream); };
+  auto ones = [&](float* p, size_t n) { fill_uniform_f32(p, n, ++stream_id, 0.0f, 1.0f, stream); };
+  auto small = [&](float* p, size_t n, float s) { fill_uniform_f32(p, n, ++stream_id, s, 0.0f, stream); };
+  auto hyper = [&](const DevHyperConn& hp, size_t mixes) {
+    small(hp.fn, mixes * c.hc_mult * c.hidden_size, 1.0f / std::sqrt(static_cast<float>(c.hc_mult * c.hidden_size)));
+    small(hp.base, mixes, 0.1f);
+    ones(hp.scale, 3);
+  };
+  auto compressor = [&](const DevCompressor& cp) {
+    m(cp.wkv_gate);
+    small(cp.ape, static_cast<size_t>(cp.ratio) * cp.width, 0.1f);
+    ones(cp.norm, static_cast<size_t>(cp.head));
+  };
+  fill_uniform_bf16(embed_table, static_cast<size_t>(c.vocab_size) * c.hidden_size, ++stream_id, 1.0f, stream);
+  m(head);
+  ones(final_norm, static_cast<size_t>(c.hidden_size));
+  hyper(head_mix, static_cast<size_t>(c.hc_mult));
+  const size_t mixes = static_cast<size_t>(2 + c.hc_mult) * c.hc_mult;
+  std::mt19937_64 rng(seed);
+  for (int l = 0; l < c.num_layers; ++l) {
+    DevLayer& L = layers[l];
+    hyper(L.hc_attn, mixes);
+    hyper(L.hc_ffn, mixes);
+    ones(L.attn_norm, static_cast<size_t>(c.hidden_size));
+    ones(L.ffn_norm, static_cast<size_t>(c.hidden_size));
+    m(L.wq_a);
+    ones(L.q_norm, static_cast<size_t>(c.q_lora_rank));
+    m(L.wq_b);
+    m(L.wkv);
+    ones(L.kv_norm, static_cast<size_t>(c.head_dim));
+    for (const DevMatrix& g : L.wo_a) m(g);
+    m(L.wo_b);
+    small(L.sinks, static_cast<size_t>(c.num_heads), 0.0f);
+    if (L.has_compressor) compressor(L.compressor);
+    if (L.has_indexer) {
+      compressor(L.index_compressor);
+      m(L.index_wq_b);
+      m(L.index_weights_proj);
+    }
+    m(L.gate);
+    if (L.gate_bias) small(L.gate_bias, static_cast<size_t>(c.n_routed_experts), 0.0f);
+    if (L.tid2eid) {
+      const int K = c.num_experts_per_tok, E = c.n_routed_experts;
+      std::vector<int32_t> t(static_cast<size_t>(c.vocab_size) * K);
+      std::vector<int> perm(E);
+      for (int v = 0; v < c.vocab_size; ++v) {
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int k = 0; k < K; ++k) std::swap(perm[k], perm[k + static_cast<int>(rng() % static_cast<uint64_t>(E - k))]);
+        for (int k = 0; k < K; ++k) t[static_cast<size_t>(v) * K + k] = perm[k];
+      }
+      DI_CUDA_RETURN(cudaMemcpy(L.tid2eid, t.data(), t.size() * 4, cudaMemcpyHostToDevice));
+    }
+    for (size_t e = 0; e < L.w13.size(); ++e) {
+      m(L.w13[e]);
+      m(L.w2[e]);
+    }
+    m(L.shared_w13);
+    m(L.shared_w2);
+  }
+  DI_CUDA_RETURN(cudaStreamSynchronize(stream));
+  return cuda_status(cudaGetLastError(), "random weight initialisation");
+}
+
+Status CudaModel::Impl::allocate_cache_and_work() {
+  const ModelConfig& c = config;
+  if (shape.kv_row.dtype != model::KvCacheDtype::kBF16)
+    return Status::unsupported("the CUDA backend stores KV rows as bfloat16 only (for now)");
+  DI_RETURN_IF_ERROR(cache_arena.alloc(&slots, static_cast<size_t>(opt.num_slots) * shape.slot_bytes));
+  DI_RETURN_IF_ERROR(cache_arena.alloc(&pages, static_cast<size_t>(opt.num_blocks) * shape.page_bytes));
+  if (slots) DI_CUDA_RETURN(cudaMemset(slots, 0, static_cast<size_t>(opt.num_slots) * shape.slot_bytes));
+  if (pages) DI_CUDA_RETURN(cudaMemset(pages, 0, static_cast<size_t>(opt.num_blocks) * shape.page_bytes));
+
+  DeviceArena& A = work_arena;
+  const size_t T = static_cast<size_t>(opt.max_step_tokens);
+  const size_t D = c.hidden_size, hc = c.hc_mult, hd = c.head_dim, H = c.num_heads;
+  const size_t K = c.num_experts_per_tok, inter = c.moe_intermediate_size, inter_s = c.shared_intermediate();
+  const size_t G = c.o_groups, R = c.o_lora_rank, nI = std::max(c.index_n_heads, 1), ih = std::max(c.index_head_dim, 1);
+  DI_RETURN_IF_ERROR(A.alloc(&X, T * hc * D));
+  DI_RETURN_IF_ERROR(A.alloc(&collapsed, T * D));
+  DI_RETURN_IF_ERROR(A.alloc(&post, T * hc));
+  DI_RETURN_IF_ERROR(A.alloc(&comb, T * hc * hc));
+  DI_RETURN_IF_ERROR(A.alloc(&sub_out, T * D));
+  DI_RETURN_IF_ERROR(A.alloc(&normed, T * D));
+  DI_RETURN_IF_ERROR(A.alloc(&qr, T * c.q_lora_rank));
+  DI_RETURN_IF_ERROR(A.alloc(&qr_bf, T * c.q_lora_rank));
+  DI_RETURN_IF_ERROR(A.alloc(&q, T * H * hd));
+  DI_RETURN_IF_ERROR(A.alloc(&q_bf, T * H * hd));
+  DI_RETURN_IF_ERROR(A.alloc(&kv, T * hd));
+  DI_RETURN_IF_ERROR(A.alloc(&kv_bf, T * hd));
+  DI_RETURN_IF_ERROR(A.alloc(&o, T * H * hd));
+  DI_RETURN_IF_ERROR(A.alloc(&og, T * H * hd));
+  DI_RETURN_IF_ERROR(A.alloc(&zo, T * G * R));
+  DI_RETURN_IF_ERROR(A.alloc(&zo_bf, T * G * R));
+  DI_RETURN_IF_ERROR(A.alloc(&comp_ab, T * 4 * std::max(hd, ih)));
+  DI_RETURN_IF_ERROR(A.alloc(&qi, T * nI * ih));
+  DI_RETURN_IF_ERROR(A.alloc(&qi_bf, T * nI * ih));
+  DI_RETURN_IF_ERROR(A.alloc(&wts, T * nI));
+  DI_RETURN_IF_ERROR(A.alloc(&selected, T * std::max(c.index_topk, 1)));
+  DI_RETURN_IF_ERROR(A.alloc(&gate_logits, T * c.n_routed_experts));
+  DI_RETURN_IF_ERROR(A.alloc(&route_sel, T * K));
+  DI_RETURN_IF_ERROR(A.alloc(&route_w, T * K));
+  DI_RETURN_IF_ERROR(A.alloc(&offsets, static_cast<size_t>(c.n_routed_experts) + 1));
+  DI_RETURN_IF_ERROR(A.alloc(&perm_token, T * K));
+  DI_RETURN_IF_ERROR(A.alloc(&perm_w, T * K));
+  DI_RETURN_IF_ERROR(A.alloc(&row_of, T * K));
+  DI_RETURN_IF_ERROR(A.alloc(&xin, T * K * D));
+  DI_RETURN_IF_ERROR(A.alloc(&gu, T * K * 2 * inter));
+  DI_RETURN_IF_ERROR(A.alloc(&h, T * K * inter));
+  DI_RETURN_IF_ERROR(A.alloc(&y, T * K * D));
+  DI_RETURN_IF_ERROR(A.alloc(&gu_s, T * 2 * inter_s));
+  DI_RETURN_IF_ERROR(A.alloc(&h_s, T * inter_s));
+  DI_RETURN_IF_ERROR(A.alloc(&ys, T * D));
+  const size_t LR = static_cast<size_t>(opt.max_logit_rows);
+  DI_RETURN_IF_ERROR(A.alloc(&head_in, LR * D));
+  DI_RETURN_IF_ERROR(A.alloc(&head_in_bf, LR * D));
+  DI_RETURN_IF_ERROR(A.alloc(&logits, LR * c.vocab_size));
+  DI_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return Status::ok();
+}
+
+Status CudaModel::Impl::ensure_meta(size_t bytes) {
+  if (bytes <= meta_capacity) return Status::ok();
+  const size_t cap = std::max(bytes, meta_capacity * 2);
+  if (meta_host) cudaFreeHost(meta_host);
+  meta_host = nullptr;
+  DI_CUDA_RETURN(cudaMallocHost(&meta_host, cap));
+  void* d = nullptr;
+  DI_RETURN_IF_ERROR(ensure_capacity(&d, &meta_capacity, cap));
+  meta_dev = static_cast<uint8_t*>(d);
+  return Status::ok();
+}
+
+// Grows a work buffer (step-dependent sizes: row lists, scores). The old buffer is freed only
+// after the stream has drained, since earlier launches may still read it.
+Status CudaModel::Impl::ensure_capacity(void** ptr, size_t* capacity, size_t bytes) {
+  if (bytes <= *capacity && *ptr) return Status::ok();
+  DI_CUDA_RETURN(cudaStreamSynchronize(stream));
+  if (*ptr) cudaFree(*ptr);
+  *ptr = nullptr;
+  *capacity = 0;
+  const size_t cap = std::max<size_t>(bytes, 256);
+  DI_CUDA_RETURN(cudaMalloc(ptr, cap));
+  *capacity = cap;
+  return Status::ok();
+}
+
+Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out) {
+  const ModelConfig& c = config;
+  const cudaStream_t s = stream;
+  // --- Validation (DeepSeekV4::forward's errors) and the flattened step.
+  std::vector<int32_t> tokens, tok_seq;
+  std::vector<int64_t> pos;
+  std::vector<SeqMeta> seqs;
+  std::vector<int32_t> block_tables;
+  std::vector<int32_t> logit_rows;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqChunk& q = batch[i];
+    const std::string who = "sequence " + std::to_string(i) + " of the batch";
+    for (size_t t = 0; t < q.tokens.size(); ++t)
+      if (q.tokens[t] < 0 || q.tokens[t] >= c.vocab_size)
+        return Status::invalid_argument("token id " + std::to_string(q.tokens[t]) + " at position " +
+                                        std::to_string(q.start + static_cast<int64_t>(t)) + " of " + who +
+                                        " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    if (q.slot < 0 || q.slot >= opt.num_slots)
+      return Status::invalid_argument(who + " names state slot " + std::to_string(q.slot) + " of " +
+                                      std::to_string(opt.num_slots));
+    if (q.start < 0) return Status::invalid_argument(who + " starts at a negative position");
+    const int64_t end = q.start + static_cast<int64_t>(q.tokens.size());
+    if (end > max_model_len)
+      return Status::invalid_argument(who + " reaches position " + std::to_string(end) + ", beyond the CUDA backend's " +
+                                      "max_model_len " + std::to_string(max_model_len));
+    if (shape.page_bytes > 0) {
+      const int64_t need = (end + shape.block_size - 1) / shape.block_size;
+      if (static_cast<int64_t>(q.block_table.size()) < need)
+        return Status::invalid_argument(who + " needs " + std::to_string(need) + " pages for " + std::to_string(end) +
+                                        " positions, its block table has " + std::to_string(q.block_table.size()));
+      for (int b : q.block_table)
+        if (b < 0 || b >= opt.num_blocks)
+          return Status::invalid_argument(who + " names page " + std::to_string(b) + " of " +
+                                          std::to_string(opt.num_blocks));
+    }
+    SeqMeta sm{q.start, static_cast<int32_t>(tokens.size()), static_cast<int32_t>(q.tokens.size()), q.slot,
+               static_cast<int32_t>(block_tables.size())};
+    seqs.push_back(sm);
+    block_tables.insert(block_tables.end(), q.block_table.begin(), q.block_table.end());
+    for (size_t t = 0; t < q.tokens.size(); ++t) {
+      tokens.push_back(q.tokens[t]);
+      tok_seq.push_back(static_cast<int32_t>(i));
+      pos.push_back(q.start + static_cast<int64_t>(t));
+    }
+    const int b = sm.offset, e = sm.offset + sm.count;
+    if (b < e && q.logits != model::LogitRows::kNone)
+      for (int t = q.logits == model::LogitRows::kAll ? b : e - 1; t < e; ++t) logit_rows.push_back(t);
+  }
+  const int T = static_cast<int>(tokens.size()), S = static_cast<int>(seqs.size());
+  const int NR = static_cast<int>(logit_rows.size());
+  if (T > opt.max_step_tokens)
+    return Status::invalid_argument("the step has " + std::to_string(T) + " tokens, more than the CUDA backend's " +
+                                    "max_step_tokens " + std::to_string(opt.max_step_tokens));
+  if (NR > opt.max_logit_rows)
+    return Status::invalid_argument("the step asks for " + std::to_string(NR) + " logits rows, more than " +
+                                    std::to_string(opt.max_logit_rows));
+  logits_out->assign(static_cast<size_t>(NR) * c.vocab_size, 0.0f);
+  if (T == 0) return Status::ok();
+
+  // --- Position-only bookkeeping: row counts per attention kind, compressor rows per ratio.
+  const int W = c.sliding_window;
+  std::map<std::pair<int, int>, RowPlan> row_plans;  // (kind, ratio)
+  std::map<int, CompressPlan> comp_plans;            // ratio
+  for (int l = 0; l < c.num_layers; ++l) {
+    const int kind = static_cast<int>(c.layer_kinds[l]), ratio = c.compress_ratio[l];
+    row_plans[{kind, ratio}];
+    if (ratio > 0) comp_plans[ratio];
+  }
+  for (auto& [key, rp] : row_plans) {
+    const auto kind = static_cast<AttentionKind>(key.first);
+    const int ratio = key.second;
+    rp.row_begin.assign(static_cast<size_t>(T) + 1, 0);
+    for (int t = 0; t < T; ++t) {
+      const int64_t p = pos[t];
+      int n = static_cast<int>(std::min<int64_t>(p + 1, W));
+      if (kind == AttentionKind::kHca) n += static_cast<int>((p + 1) / ratio);
+      if (kind == AttentionKind::kCsa) n += static_cast<int>(std::min<int64_t>((p + 1) / ratio, c.index_topk));
+      rp.max_rows = std::max(rp.max_rows, n);
+      rp.row_begin[t + 1] = rp.row_begin[t] + n;
+    }
+  }
+  for (auto& [ratio, cp] : comp_plans) {
+    cp.key_seq_begin.resize(S);
+    for (int i = 0; i < S; ++i) {
+      const SeqMeta& sm = seqs[i];
+      const int64_t done = sm.start / ratio, after = (sm.start + sm.count) / ratio;
+      for (int64_t r = done; r < after; ++r) {
+        cp.rows.push_back(NewRow{i, static_cast<int32_t>(r)});
+        cp.row_pos.push_back(r * ratio);
+      }
+      if (after > done) cp.closed_seqs.push_back(i);
+      for (int t = sm.offset; t < sm.offset + sm.count; ++t)
+        if (pos[t] >= after * ratio) cp.open_tokens.push_back(t);
+      cp.key_seq_begin[i] = cp.total_keys;
+      cp.total_keys += static_cast<int>(after);
+      cp.max_keys_per_seq = std::max(cp.max_keys_per_seq, static_cast<int>(after));
+    }
+    cp.key_begin.resize(T);
+    cp.num_keys.resize(T);
+    for (int t = 0; t < T; ++t) {
+      cp.key_begin[t] = cp.key_seq_begin[tok_seq[t]];
+      cp.num_keys[t] = static_cast<int>((pos[t] + 1) / ratio);
+      cp.max_keys = std::max(cp.max_keys, cp.num_keys[t]);
+    }
+  }
+  std::vector<int32_t> ring_tokens;  // each sequence's newest W tokens: stored in the ring after attention
+  for (const SeqMeta& sm : seqs)
+    for (int t = std::max(sm.offset, sm.offset + sm.count - W); t < sm.offset + sm.count; ++t) ring_tokens.push_back(t);
+
+  // --- Pack and send the metadata.
+  MetaLayout ml;
+  const size_t off_tokens = ml.add(T * 4), off_seq = ml.add(T * 4), off_pos = ml.add(T * 8);
+  const size_t off_seqs = ml.add(S * sizeof(SeqMeta)), off_bt = ml.add(block_tables.size() * 4);
+  const size_t off_ring = ml.add(ring_tokens.size() * 4), off_lrows = ml.add(std::max(NR, 1) * 4);
+  for (auto& [key, rp] : row_plans) rp.off = ml.add((static_cast<size_t>(T) + 1) * 4);
+  for (auto& [ratio, cp] : comp_plans) {
+    cp.off_rows = ml.add(cp.rows.size() * sizeof(NewRow));
+    cp.off_pos = ml.add(cp.row_pos.size() * 8);
+    cp.off_closed = ml.add(cp.closed_seqs.size() * 4);
+    cp.off_open = ml.add(cp.open_tokens.size() * 4);
+    cp.off_kseq = ml.add(static_cast<size_t>(S) * 4);
+    cp.off_kbegin = ml.add(static_cast<size_t>(T) * 4);
+    cp.off_nkeys = ml.add(static_cast<size_t>(T) * 4);
+  }
+  DI_RETURN_IF_ERROR(ensure_meta(ml.bytes));
+  auto put = [&](size_t off, const void* src, size_t n) {
+    if (n) std::memcpy(meta_host + off, src, n);
+  };
+  put(off_tokens, tokens.data(), T * 4);
+  put(off_seq, tok_seq.data(), T * 4);
+  put(off_pos, pos.data(), T * 8);
+  put(off_seqs, seqs.data(), S * sizeof(SeqMeta));
+  put(off_bt, block_tables.data(), block_tables.size() * 4);
+  put(off_ring, ring_tokens.data(), ring_tokens.size() * 4);
+  put(off_lrows, logit_rows.data(), NR * 4);
+  for (auto& [key, rp] : row_plans) put(rp.off, rp.row_begin.data(), rp.row_begin.size() * 4);
+  for (auto& [ratio, cp] : comp_plans) {
+    put(cp.off_rows, cp.rows.data(), cp.rows.size() * sizeof(NewRow));
+    put(cp.off_pos, cp.row_pos.data(), cp.row_pos.size() * 8);
+    put(cp.off_closed, cp.closed_seqs.data(), cp.closed_seqs.size() * 4);
+    put(cp.off_open, cp.open_tokens.data(), cp.open_tokens.size() * 4);
+    put(cp.off_kseq, cp.key_seq_begin.data(), static_cast<size_t>(S) * 4);
+    put(cp.off_kbegin, cp.key_begin.data(), static_cast<size_t>(T) * 4);
+    put(cp.off_nkeys, cp.num_keys.data(), static_cast<size_t>(T) * 4);
+  }
+  DI_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, ml.bytes, cudaMemcpyHostToDevice, s));
+
+  // --- Step-sized work buffers.
+  size_t max_rows_total = 0;
+  int max_rows = 0;
+  for (auto& [key, rp] : row_plans) {
+    max_rows_total = std::max(max_rows_total, static_cast<size_t>(rp.row_begin[T]));
+    max_rows = std::max(max_rows, rp.max_rows);
+  }
+  size_t max_keys_total = 0, max_scores = 0, max_fresh = 0;
+  int max_keys = 0;
+  for (auto& [ratio, cp] : comp_plans) {
+    max_keys_total = std::max(max_keys_total, static_cast<size_t>(cp.total_keys));
+    max_scores = std::max(max_scores, static_cast<size_t>(T) * std::max(cp.max_keys, 1));
+    max_keys = std::max(max_keys, cp.max_keys);
+    max_fresh = std::max(max_fresh, cp.rows.size());
+  }
+  DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&rows), &rows_capacity, max_rows_total * sizeof(bf16*)));
+  DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&keys), &keys_capacity, max_keys_total * sizeof(bf16*)));
+  DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&scores), &scores_capacity, max_scores * sizeof(float)));
+  DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&fresh), &fresh_rows_capacity,
+                                     std::max<size_t>(max_fresh, 1) * c.head_dim * sizeof(float)));
+  DI_RETURN_IF_ERROR(ensure_capacity(&attn_ws, &attn_ws_bytes,
+                                     sink_attention_workspace_bytes(T, c.num_heads, c.head_dim, std::max(max_rows, 1))));
+  if (c.index_topk > 0)
+    DI_RETURN_IF_ERROR(ensure_capacity(&topk_ws, &topk_ws_bytes, topk_workspace_bytes(T, std::max(max_keys, 1), c.index_topk)));
+
+  StepView st;
+  st.T = T;
+  st.S = S;
+  st.tok_seq = meta_ptr<int32_t>(off_seq);
+  st.pos = meta_ptr<int64_t>(off_pos);
+  st.seqs = meta_ptr<SeqMeta>(off_seqs);
+  st.block_tables = meta_ptr<int32_t>(off_bt);
+  st.slots = slots;
+  st.pages = pages;
+  st.slot_bytes = shape.slot_bytes;
+  st.page_bytes = shape.page_bytes;
+  st.window = W;
+  const int32_t* d_tokens = meta_ptr<int32_t>(off_tokens);
+
+  // --- The forward (DeepSeekV4::forward).
+  const int D = c.hidden_size, hc = c.hc_mult, H = c.num_heads, hd = c.head_dim, rd = c.rope_head_dim;
+  const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
+  embed(d_tokens, T, embed_table, D, hc, X, s);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const DevLayer& L = layers[l];
+    const model::LayerCacheLayout& CL = shape.layers[l];
+    const AttentionKind kind = c.layer_kinds[l];
+    const int ratio = c.compress_ratio[l];
+    const float* rope_t = kind == AttentionKind::kSliding ? rope_main : rope_compress;
+    const float rope_f = kind == AttentionKind::kSliding ? rope_main_factor : rope_compress_factor;
+
+    // Attention block: mHC pre, norm, attention (DeepSeekV4::attention), mHC post.
+    hc_pre(X, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
+           post, comb, s);
+    rms_norm(collapsed, T, D, L.attn_norm, eps, nullptr, normed, s);
+    // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
+    gemm(normed, T, D, L.wq_a.w, c.q_lora_rank, qr, s);
+    rms_norm(qr, T, c.q_lora_rank, L.q_norm, eps, nullptr, qr_bf, s);
+    gemm(qr_bf, T, c.q_lora_rank, L.wq_b.w, H * hd, q, s);
+    rms_norm(q, T * H, hd, nullptr, eps, q, nullptr, s);
+    rope(q, T, H, hd, st.pos, rope_t, rd, rope_f, false, s);
+    to_bf16(q, static_cast<size_t>(T) * H * hd, q_bf, s);
+    // The shared KV head.
+    gemm(normed, T, D, L.wkv.w, hd, kv, s);
+    rms_norm(kv, T, hd, L.kv_norm, eps, kv, nullptr, s);
+    rope(kv, T, 1, hd, st.pos, rope_t, rd, rope_f, false, s);
+    to_bf16(kv, static_cast<size_t>(T) * hd, kv_bf, s);
+    // Compressed rows of windows that close in this step (DeepSeekV4::compress).
+    auto run_compressor = [&](const DevCompressor& dc, const model::CompressorSlotLayout& sl, const CompressPlan& cp,
+                              size_t page_offset, int dims) {
+      CompressorView cv;
+      cv.ab = comp_ab;
+      cv.ape = dc.ape;
+      cv.ratio = dc.ratio;
+      cv.head = dc.head;
+      cv.width = dc.width;
+      cv.overlap = dc.overlap;
+      cv.buf_kv = sl.buf_kv;
+      cv.buf_gate = sl.buf_gate;
+      cv.prev_kv = sl.prev_kv;
+      cv.prev_gate = sl.prev_gate;
+      gemm(normed, T, D, dc.wkv_gate.w, 2 * dc.width, comp_ab, s);
+      const int R = static_cast<int>(cp.rows.size());
+      const NewRow* d_rows = meta_ptr<NewRow>(cp.off_rows);
+      compress_pool(st, cv, d_rows, R, fresh, s);
+      compress_update(st, cv, meta_ptr<int32_t>(cp.off_closed), static_cast<int>(cp.closed_seqs.size()),
+                      meta_ptr<int32_t>(cp.off_open), static_cast<int>(cp.open_tokens.size()), s);
+      if (R == 0) return;
+      rms_norm(fresh, R, dims, dc.norm, eps, fresh, nullptr, s);
+      rope(fresh, R, 1, dims, meta_ptr<int64_t>(cp.off_pos), rope_compress, rd, rope_compress_factor, false, s);
+      store_page_rows(st, d_rows, R, fresh, dims, page_offset, CL.rows_per_page, s);
+    };
+    const int* sel = nullptr;
+    if (L.has_compressor) {
+      const CompressPlan& cp = comp_plans.at(ratio);
+      run_compressor(L.compressor, CL.compressor, cp, CL.rows, hd);
+      if (L.has_indexer) {
+        // Lightning indexer: keys from its own compressor, queries from qr, top-k per query.
+        const int nI = c.index_n_heads, ih = c.index_head_dim;
+        run_compressor(L.index_compressor, CL.index_compressor, cp, CL.index_keys, ih);
+        gemm(qr_bf, T, c.q_lora_rank, L.index_wq_b.w, nI * ih, qi, s);
+        rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, s);
+        to_bf16(qi, static_cast<size_t>(T) * nI * ih, qi_bf, s);
+        gemm(normed, T, D, L.index_weights_proj.w, nI, wts, s);
+        scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), s);
+        fill_key_rows(st, meta_ptr<int>(cp.off_kseq), cp.max_keys_per_seq, ratio, CL.index_keys, CL.rows_per_page, ih,
+                      keys, s);
+        const int stride = std::max(cp.max_keys, 1);
+        indexer_scores(qi_bf, wts, T, nI, ih, keys, meta_ptr<int>(cp.off_kbegin), meta_ptr<int>(cp.off_nkeys),
+                       cp.max_keys, 1.0f / std::sqrt(static_cast<float>(ih)), scores, stride, s);
+        topk_select(scores, T, stride, meta_ptr<int>(cp.off_nkeys), std::max(cp.max_keys, 1), c.index_topk, selected,
+                    nullptr, topk_ws, s);
+        sel = selected;
+      }
+    }
+    const RowPlan& rp = row_plans.at({static_cast<int>(kind), ratio});
+    fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, kv_bf, hd, ratio, sel, c.index_topk, CL.rows,
+                        CL.rows_per_page, rows, s);
+    sink_attention(q_bf, T, H, hd, rows, meta_ptr<int>(rp.off), std::max(rp.max_rows, 1), L.sinks,
+                   1.0f / std::sqrt(static_cast<float>(hd)), o, attn_ws, s);
+    // Every query has read the ring: store each sequence's newest rows in it.
+    store_ring(st, meta_ptr<int32_t>(off_ring), static_cast<int>(ring_tokens.size()), kv_bf, hd, CL.window, s);
+    // V carried RoPE: rotate the output back by the query position.
+    rope(o, T, H, hd, st.pos, rope_t, rd, rope_f, true, s);
+    // Grouped low-rank output projection.
+    const int G = c.o_groups, gw = H * hd / G, OR = c.o_lora_rank;
+    split_groups(o, T, G, gw, og, s);
+    for (int g = 0; g < G; ++g)
+      gemm(og + static_cast<size_t>(g) * T * gw, T, gw, L.wo_a[g].w, OR, zo + static_cast<size_t>(g) * T * OR, s);
+    merge_groups(zo, T, G, OR, zo_bf, s);
+    gemm(zo_bf, T, G * OR, L.wo_b.w, D, sub_out, s);
+    hc_post(X, sub_out, T, hc, D, post, comb, s);
+
+    // MoE block (DeepSeekV4::moe).
+    hc_pre(X, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post,
+           comb, s);
+    rms_norm(collapsed, T, D, L.ffn_norm, eps, nullptr, normed, s);
+    const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
+    const int inter_s = c.shared_intermediate();
+    const float limit = static_cast<float>(c.swiglu_limit);
+    gemm(normed, T, D, L.gate.w, E, gate_logits, s);
+    const Scoring scoring = c.scoring_func == model::ScoringFunc::kSqrtSoftplus ? Scoring::kSqrtSoftplus
+                            : c.scoring_func == model::ScoringFunc::kSigmoid   ? Scoring::kSigmoid
+                                                                                : Scoring::kSoftmax;
+    moe_route(gate_logits, T, E, K, scoring, L.gate_bias, L.tid2eid, d_tokens,
+              static_cast<float>(c.routed_scaling_factor), route_sel, route_w, s);
+    moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
+    gather_rows(normed, perm_token, T * K, D, xin, s);
+    grouped_gemm(xin, offsets, E, T * K, D, L.w13_ptrs, 2 * inter, gu, s);
+    swiglu(gu, T * K, inter, limit, nullptr, h, s);
+    grouped_gemm(h, offsets, E, T * K, inter, L.w2_ptrs, D, y, s);
+    gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
+    swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
+    gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
+    moe_combine(y, row_of, route_sel, route_w, ys, T, K, D, sub_out, s);
+    hc_post(X, sub_out, T, hc, D, post, comb, s);
+  }
+  // Head: only the rows that produce logits.
+  if (NR > 0) {
+    hc_head(X, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in, s);
+    rms_norm(head_in, NR, D, final_norm, eps, nullptr, head_in_bf, s);
+    gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
+    DI_CUDA_RETURN(cudaMemcpyAsync(logits_out->data(), logits, static_cast<size_t>(NR) * c.vocab_size * sizeof(float),
+                                   cudaMemcpyDeviceToHost, s));
+  }
+  DI_CUDA_RETURN(cudaStreamSynchronize(s));
+  return cuda_status(cudaGetLastError(), "the forward's kernels");
+}
+
+// --- CudaModel ------------------------------------------------------------------------------
+
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+
+namespace {
+
+Result<std::unique_ptr<CudaModel::Impl>> make_impl(const ModelConfig& config, const CudaModelOptions& options) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    return Status::unsupported("no CUDA device is available");
+  if (options.num_slots < 1 || options.num_blocks < 0 || options.max_step_tokens < 1 || options.max_logit_rows < 1)
+    return Status::invalid_argument("CudaModelOptions: num_slots, max_step_tokens and max_logit_rows must be positive");
+  auto impl = std::make_unique<CudaModel::Impl>();
+  impl->config = config;
+  impl->opt = options;
+  const int block = options.block_size > 0 ? options.block_size : model::default_block_size(config);
+  DI_ASSIGN_OR_RETURN(impl->shape, model::make_state_cache_shape(config, block, model::KvCacheDtype::kBF16));
+  impl->max_model_len = impl->shape.page_bytes > 0 ? options.num_blocks * block : config.max_position_embeddings;
+  return Result<std::unique_ptr<CudaModel::Impl>>(std::move(impl));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config, const model::ModelWeights& weights,
+                                                     model::Numerics numerics, const CudaModelOptions& options) {
+  if (numerics != model::Numerics::kExact)
+    return Status::unsupported("the CUDA backend implements exact numerics only (release numerics: not yet)");
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options));
+  DI_RETURN_IF_ERROR(impl->allocate_cache_and_work());
+  DI_RETURN_IF_ERROR(impl->allocate(false));
+  DI_RETURN_IF_ERROR(impl->upload(weights));
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+Result<std::unique_ptr<CudaModel>> CudaModel::create_random(const ModelConfig& config, uint64_t seed,
+                                                            const CudaModelOptions& options) {
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options));
+  DI_RETURN_IF_ERROR(impl->allocate_cache_and_work());
+  DI_RETURN_IF_ERROR(impl->allocate(true));
+  DI_RETURN_IF_ERROR(impl->randomize(seed));
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+Status CudaModel::forward(std::span<const SeqChunk> batch, std::vector<float>* logits) {
+  return impl_->forward(batch, logits);
+}
+
+void CudaModel::reset_slot(int slot) {
+  if (slot < 0 || slot >= impl_->opt.num_slots || impl_->shape.slot_bytes == 0) return;
+  cudaMemsetAsync(impl_->slots + static_cast<size_t>(slot) * impl_->shape.slot_bytes, 0, impl_->shape.slot_bytes,
+                  impl_->stream);
+}
+
+const ModelConfig& CudaModel::config() const { return impl_->config; }
+const model::StateCacheShape& CudaModel::cache_shape() const { return impl_->shape; }
+size_t CudaModel::weight_bytes() const { return impl_->weights_arena.bytes(); }
+
+}  // namespace deepinfer::backend::cuda

@@ -1,0 +1,73 @@
+// CudaModel: the DeepSeek-V4 forward on one GPU, with its weights and its state cache in device
+// memory. Same step contract as model::DeepSeekV4::forward (a batch of SeqChunks continuing their
+// sequences' states; logits for the rows each chunk asks for) and the same state-cache byte layout
+// (model::StateCacheShape with bf16 KV rows), so the scheduler's slots and block tables mean the
+// same thing on either backend.
+//
+// Numerics on the GPU (exact mode): weights bf16 (lossless for bf16, FP8 and FP4 checkpoints: their
+// dequantized values are bf16 numbers), GEMM inputs rounded to bf16, fp32 accumulation, residual
+// streams, norms, RoPE, mHC, routing and softmax in fp32, KV rows and indexer keys stored as bf16.
+// So results match the CPU backend run with bf16-rounded weights and a bf16 KV cache up to the
+// rounding of GEMM inputs (tests/cuda/model_test.cc states the tolerances).
+//
+// Batch invariance: every kernel computes a token's row from that row's inputs with an operation
+// sequence independent of the batch (gemm.h, attention.h, ops.h), so a request's logits are bitwise
+// identical alone and in any batch, under any chunking of its prompt.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "deepinfer/status.h"
+#include "model/config.h"
+#include "model/deepseek_v4.h"
+#include "model/state_cache.h"
+#include "model/weights.h"
+
+namespace deepinfer::backend::cuda {
+
+struct CudaModelOptions {
+  int num_slots = 1;         // concurrent sequences (state slots)
+  int num_blocks = 64;       // pages of block_size positions
+  int block_size = 0;        // 0: model::default_block_size
+  int max_step_tokens = 8192;  // most tokens one forward() may carry (sizes the activation buffers)
+  int max_logit_rows = 256;    // most logits rows one forward() may return
+};
+
+class CudaModel {
+ public:
+  // Uploads `weights` (converted to bf16) and allocates the state cache (zeroed) and the
+  // activation buffers. Errors: no CUDA device, not enough device memory, a numerics mode or
+  // config this backend does not implement yet (named).
+  static Result<std::unique_ptr<CudaModel>> create(const model::ModelConfig& config,
+                                                   const model::ModelWeights& weights, model::Numerics numerics,
+                                                   const CudaModelOptions& options);
+  // Same, with deterministic random weights generated on the device (uniform, scaled by
+  // 1/sqrt(fan-in); norms 1): for benchmarks at sizes whose host copy would not be worth making.
+  static Result<std::unique_ptr<CudaModel>> create_random(const model::ModelConfig& config, uint64_t seed,
+                                                          const CudaModelOptions& options);
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  // One step (model::DeepSeekV4::forward's contract and errors). Synchronous: returns when the
+  // logits are on the host.
+  Status forward(std::span<const model::SeqChunk> batch, std::vector<float>* logits);
+
+  // Zeroes one slot (a new sequence reuses it). Pages need no clearing: rows are written before read.
+  void reset_slot(int slot);
+
+  const model::ModelConfig& config() const;
+  const model::StateCacheShape& cache_shape() const;
+  size_t weight_bytes() const;  // device bytes of the weights
+
+  struct Impl;
+
+ private:
+  explicit CudaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer::backend::cuda

@@ -1,0 +1,655 @@
+// Batch-invariant bf16 GEMMs for Hopper (sm_90): y[M, N] = x[M, K] * W[N, K]^T on mma.sync tensor
+// cores (m16n8k16, bf16 in, fp32 accumulate), cp.async multi-stage pipelines and ldmatrix.
+//
+// Why every row's result is independent of M (the contract in gemm.h):
+//  * The reduction of y[m, n] over K is fixed by (N, K) alone, through a "slice plan": K is cut
+//    into 16-wide chunks (one mma k-step each; a last half chunk is zero-padded) and the chunks
+//    into S consecutive slices of C chunks (C and S from plan_slices(N, K) only). Slice s's partial
+//    p_s starts at 0 and takes one mma per chunk, in increasing k. The result is p_0 when S == 1,
+//    else the left fold (((0 + p_0) + p_1) + p_2) + ... in fp32 (the explicit 0 start lets the
+//    register fold keep a zero-initialised running total; both fold paths start there).
+//  * All tile configurations execute exactly that sequence for every element; they differ only
+//    in which elements a CTA owns and in how the slice partials meet:
+//      - kRegisterFold: one CTA runs all slices in order, folding its register accumulators into
+//        a running total at each slice boundary (large M: no cross-CTA traffic);
+//      - kClusterDsmem: the S CTAs of a thread-block cluster each run one slice; rank 0..S-1
+//        partials are summed through distributed shared memory in rank order (small M: S times
+//        more CTAs stream the weights in parallel, and each dependent mma chain is S times shorter);
+//      - kNone: only for plans with S == 1.
+//  * An mma output element depends only on its own A row, B column and accumulator, so a row's
+//    position inside a tile, the zero padding of rows past M (or past a group's end) and of
+//    columns past N cannot change it. The configuration (picked from M) therefore never changes
+//    the bits; tests/cuda/gemm_test.cc checks this by forcing every configuration on the same data.
+//  * Chunks past K are skipped, never multiplied as zeros, so no configuration adds extra terms.
+#include "backend/cuda/gemm.h"
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+namespace deepinfer::backend::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kChunkK = 16;  // k elements per mma.m16n8k16 step
+constexpr int kGroupM = 8;   // m tiles per raster group (L2 reuse of W across neighbouring CTAs)
+
+// ---------------------------------------------------------------------------------------------
+// Slice plan: depends on (N, K) only. Few output columns means few independent accumulation chains
+// when M is small, so small N gets more slices (cluster CTAs at small M, a register fold at large M).
+struct SlicePlan {
+  int num_chunks;    // ceil(K / 16)
+  int slice_chunks;  // C: chunks per slice, a multiple of 16 (so every k-tile of every config lies in one slice)
+  int num_slices;    // S = ceil(num_chunks / C) >= 1, at most 8 (the portable cluster size)
+};
+
+SlicePlan plan_slices(int N, int K) {
+  const int num_chunks = (K + kChunkK - 1) / kChunkK;
+  const int target = N >= 4096 ? 1 : N >= 2048 ? 2 : N > 1024 ? 4 : 8;
+  const int per_slice = (num_chunks + target - 1) / target;
+  const int slice_chunks = std::max(16, (per_slice + 15) / 16 * 16);
+  const int num_slices = std::max(1, (num_chunks + slice_chunks - 1) / slice_chunks);
+  return {num_chunks, slice_chunks, num_slices};
+}
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers (sm_80+ instructions, all available on sm_90).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy global -> shared; src_bytes == 0 writes zeros without reading src.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+// d += a(16x16, row) * b(16x8, col), fp32 accumulate.
+__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Shared-memory tiles are [rows][BK] bf16 stored as 16-byte vectors; vector c of row r sits at
+// slot c ^ swizzle(r), so the 8 rows an ldmatrix phase reads hit 8 distinct 16-byte bank groups.
+template <int kVecsPerRow>
+__device__ __forceinline__ uint32_t tile_offset(int row, int vec) {
+  static_assert(kVecsPerRow == 4 || kVecsPerRow == 8 || kVecsPerRow == 16, "BK must be 32, 64 or 128");
+  const int swizzle = kVecsPerRow >= 8 ? (row & 7) : ((row >> 1) & 3);
+  return static_cast<uint32_t>((row * kVecsPerRow + (vec ^ swizzle)) * 16);
+}
+
+__device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_one(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_two(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store_two(bf16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store_four(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ void store_four(bf16* p, float4 v) {
+  store_two(p, v.x, v.y);
+  store_two(p + 2, v.z, v.w);
+}
+
+// ---------------------------------------------------------------------------------------------
+enum class SliceReduction { kClusterDsmem, kRegisterFold, kNone };
+
+template <int BM_, int BN_, int BK_, int kWarpsM_, int kWarpsN_, int kStages_, int kMinBlocks_, SliceReduction kReduction_>
+struct TileConfig {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_;
+  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kStages = kStages_, kMinBlocks = kMinBlocks_;
+  static constexpr SliceReduction kReduction = kReduction_;
+  static constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  static constexpr int kWarpM = BM / kWarpsM, kWarpN = BN / kWarpsN;  // warp tile
+  static constexpr int kMmaM = kWarpM / 16, kMmaN = kWarpN / 8;       // mma tiles per warp
+  static constexpr int kChunksPerTile = BK / kChunkK;
+  static constexpr int kVecsPerRow = BK / 8;
+  static constexpr int kATileBytes = BM * BK * 2, kBTileBytes = BN * BK * 2;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kPartialStride = BN + 8;  // floats; +8 keeps half-warp float2 stores conflict-free
+  static constexpr int kPartialBytes = kReduction == SliceReduction::kClusterDsmem ? BM * kPartialStride * 4 : 0;
+  static constexpr int kSmemBytes = std::max(kStages * kStageBytes, kPartialBytes);
+  static_assert(kWarpM % 16 == 0 && kWarpN % 8 == 0 && (kMmaN == 1 || kMmaN % 2 == 0), "warp tile shape");
+  static_assert(16 % kChunksPerTile == 0, "a k-tile must never straddle a slice (slice_chunks % 16 == 0)");
+  static_assert(BN % 4 == 0 && kStages >= 2, "tile shape");
+};
+
+// Decode (M <= 16): 32 columns per CTA, deep pipeline of wide k-tiles to keep weight bytes in flight.
+using CfgM16N32 = TileConfig<16, 32, 128, 1, 4, 8, 2, SliceReduction::kClusterDsmem>;
+// Small/medium M (and large M when big tiles would not fill the GPU).
+using CfgM64N64 = TileConfig<64, 64, 64, 2, 2, 6, 2, SliceReduction::kClusterDsmem>;
+// Large M.
+using CfgM128N128 = TileConfig<128, 128, 32, 2, 4, 4, 1, SliceReduction::kNone>;
+using CfgM128N128Fold = TileConfig<128, 128, 32, 2, 4, 4, 1, SliceReduction::kRegisterFold>;
+using CfgM128N256 = TileConfig<128, 256, 32, 2, 4, 4, 1, SliceReduction::kNone>;
+
+enum ConfigId { kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kNumConfigs };
+constexpr const char* kConfigNames[kNumConfigs] = {"m16n32k128_cluster", "m64n64k64_cluster", "m128n128k32",
+                                                   "m128n128k32_fold", "m128n256k32"};
+
+struct GemmParams {
+  const bf16* x;                     // [rows, K]
+  const bf16* w;                     // [N, K] (dense)
+  const bf16* const* group_weights;  // [G] device pointers (grouped)
+  const int* row_offsets;            // [G + 1] device (grouped)
+  void* y;                           // [rows, N], float or bf16
+  int M, N, K;                       // M: rows (dense) / unused (grouped)
+  int num_groups;
+  int num_chunks, slice_chunks, num_slices;
+  int m_tiles, n_tiles;
+};
+
+// Grouped: slot `slot` is the slot-th non-empty (group, row tile) pair in group order. Every CTA
+// recomputes the per-group tile counts from the device offsets with a block-wide scan (O(G)).
+template <int kThreads>
+__device__ bool locate_group_tile(const int* row_offsets, int num_groups, int bm, int slot, int& group, int& tile) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ int warp_sums[kWarps];
+  __shared__ int found_group, found_tile;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) found_group = -1;
+  int tiles_before = 0;  // tiles of the groups of earlier passes
+  for (int base = 0; base < num_groups; base += kThreads) {
+    const int g = base + tid;
+    int tiles = 0;
+    if (g < num_groups) {
+      const int rows = row_offsets[g + 1] - row_offsets[g];
+      tiles = rows > 0 ? (rows + bm - 1) / bm : 0;
+    }
+    int inclusive = tiles;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (lane >= d) inclusive += v;
+    }
+    if (lane == 31) warp_sums[warp] = inclusive;
+    __syncthreads();
+    int before_warp = 0, pass_total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int s = warp_sums[w];
+      before_warp += w < warp ? s : 0;
+      pass_total += s;
+    }
+    const int end = tiles_before + before_warp + inclusive;
+    if (tiles > 0 && slot >= end - tiles && slot < end) {
+      found_group = g;
+      found_tile = slot - (end - tiles);
+    }
+    tiles_before += pass_total;
+    __syncthreads();  // found_* visible to all; warp_sums free for the next pass
+    if (found_group >= 0 || tiles_before > slot) break;
+  }
+  group = found_group;
+  tile = found_tile;
+  return group >= 0;
+}
+
+// One CTA computes a BM x BN tile of y over one slice (cluster configs) or all slices of K.
+template <class Cfg, class OutT, bool kGrouped>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(const GemmParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, kChunks = Cfg::kChunksPerTile, kVecs = Cfg::kVecsPerRow;
+  constexpr int kStages = Cfg::kStages, kThreads = Cfg::kThreads, kMmaM = Cfg::kMmaM, kMmaN = Cfg::kMmaN;
+  constexpr bool kCluster = Cfg::kReduction == SliceReduction::kClusterDsmem;
+  constexpr bool kFold = Cfg::kReduction == SliceReduction::kRegisterFold;
+
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int warp_m0 = (warp / Cfg::kWarpsN) * Cfg::kWarpM;
+  const int warp_n0 = (warp % Cfg::kWarpsN) * Cfg::kWarpN;
+
+  // --- Which tile, which slice. The CTAs of a cluster share the tile and take slice = rank.
+  int tile_index = static_cast<int>(blockIdx.x);
+  int slice = 0;
+  if constexpr (kCluster) {
+    if (p.num_slices > 1) {
+      slice = static_cast<int>(cg::this_cluster().block_rank());
+      tile_index /= p.num_slices;
+    }
+  }
+  int n_tile, row_begin, row_end;
+  const bf16* w;
+  if constexpr (kGrouped) {
+    int group, group_tile;
+    // Same (blockIdx.y) for all CTAs of a cluster, so the whole cluster leaves together.
+    if (!locate_group_tile<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group,
+                                     group_tile))
+      return;
+    n_tile = tile_index;
+    const int group_end = p.row_offsets[group + 1];
+    row_begin = p.row_offsets[group] + group_tile * BM;
+    row_end = min(group_end, row_begin + BM);
+    w = p.group_weights[group];
+  } else {
+    // Raster in groups of kGroupM m-tiles so CTAs running together share W columns in L2.
+    const int group_size = kGroupM * p.n_tiles;
+    const int first_m = (tile_index / group_size) * kGroupM;
+    const int group_m = min(p.m_tiles - first_m, kGroupM);
+    const int in_group = tile_index % group_size;
+    const int m_tile = first_m + in_group % group_m;
+    n_tile = in_group / group_m;
+    row_begin = m_tile * BM;
+    row_end = min(p.M, row_begin + BM);
+    w = p.w;
+  }
+  const int n_begin = n_tile * BN;
+  const int N = p.N, K = p.K;
+  const bf16* x = p.x;
+
+  int chunk_begin = 0, chunk_end = p.num_chunks;
+  if constexpr (kCluster) {
+    chunk_begin = slice * p.slice_chunks;
+    chunk_end = min(chunk_begin + p.slice_chunks, p.num_chunks);
+  }
+  const int num_k_tiles = (chunk_end - chunk_begin + kChunks - 1) / kChunks;
+
+  const uint32_t smem_base = shared_address(smem);
+
+  // x rows [row_begin, row_end) and W rows [n_begin, n_begin + BN) of k-tile t -> stage `stage`;
+  // rows out of range and k >= K become zeros (K % 8 == 0, so a 16-byte vector is all in or all out).
+  // Out-of-range rows stay zero in every stage once each stage has been filled (t >= kStages), so
+  // they are not rewritten (at M = 1, 15 of the 16 x rows).
+  auto load_tile = [&](int t, int stage) {
+    const int k0 = (chunk_begin + t * kChunks) * kChunkK;
+    const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes);
+    const uint32_t b_tile = a_tile + Cfg::kATileBytes;
+#pragma unroll
+    for (int i = tid; i < BM * kVecs; i += kThreads) {
+      const int r = i / kVecs, v = i % kVecs, m = row_begin + r, k = k0 + v * 8;
+      if (m >= row_end && t >= kStages) continue;
+      const bool ok = m < row_end && k < K;
+      cp_async_16(a_tile + tile_offset<kVecs>(r, v), ok ? x + static_cast<size_t>(m) * K + k : x, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = tid; i < BN * kVecs; i += kThreads) {
+      const int r = i / kVecs, v = i % kVecs, n = n_begin + r, k = k0 + v * 8;
+      if (n >= N && t >= kStages) continue;
+      const bool ok = n < N && k < K;
+      cp_async_16(b_tile + tile_offset<kVecs>(r, v), ok ? w + static_cast<size_t>(n) * K + k : w, ok ? 16 : 0);
+    }
+  };
+
+  float acc[kMmaM][kMmaN][4];
+  [[maybe_unused]] float total[kFold ? kMmaM : 1][kFold ? kMmaN : 1][4];
+#pragma unroll
+  for (int i = 0; i < kMmaM; ++i)
+#pragma unroll
+    for (int j = 0; j < kMmaN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[i][j][e] = 0.0f;
+        if constexpr (kFold) total[i][j][e] = 0.0f;
+      }
+
+  // The first `valid` chunks of the k-tile in `stage`, each one mma k-step in increasing k.
+  auto mma_tile = [&](int stage, int valid) {
+    const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes);
+    const uint32_t b_tile = a_tile + Cfg::kATileBytes;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if (c < valid) {
+        uint32_t a[kMmaM][4];
+        uint32_t b[kMmaN][2];
+        // A 16x16: lanes 0-15 address rows 0-15 of k 0-7, lanes 16-31 rows 0-15 of k 8-15.
+#pragma unroll
+        for (int i = 0; i < kMmaM; ++i)
+          ldmatrix_x4(a[i], a_tile + tile_offset<kVecs>(warp_m0 + i * 16 + (lane & 15), 2 * c + (lane >> 4)));
+        if constexpr (kMmaN == 1) {
+          ldmatrix_x2(b[0][0], b[0][1], b_tile + tile_offset<kVecs>(warp_n0 + (lane & 7), 2 * c + ((lane >> 3) & 1)));
+        } else {
+          // Two n8 tiles per x4: lanes 0-7 n 0-7 k 0-7, 8-15 n 0-7 k 8-15, 16-23 n 8-15 k 0-7, 24-31 n 8-15 k 8-15.
+#pragma unroll
+          for (int j = 0; j < kMmaN; j += 2) {
+            uint32_t r[4];
+            ldmatrix_x4(r, b_tile + tile_offset<kVecs>(warp_n0 + j * 8 + ((lane >> 4) << 3) + (lane & 7),
+                                                       2 * c + ((lane >> 3) & 1)));
+            b[j][0] = r[0];
+            b[j][1] = r[1];
+            b[j + 1][0] = r[2];
+            b[j + 1][1] = r[3];
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kMmaM; ++i)
+#pragma unroll
+          for (int j = 0; j < kMmaN; ++j) mma_bf16_m16n8k16(acc[i][j], a[i], b[j][0], b[j][1]);
+      }
+    }
+  };
+
+  // --- Main loop: kStages-deep cp.async pipeline, one barrier per k-tile.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_k_tiles) load_tile(s, s);
+    cp_async_commit();
+  }
+  for (int t = 0; t < num_k_tiles; ++t) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile t landed for all threads; everyone is done with the stage refilled below
+    if (t + kStages - 1 < num_k_tiles) load_tile(t + kStages - 1, (t + kStages - 1) % kStages);
+    cp_async_commit();
+
+    const int tile_chunk0 = chunk_begin + t * kChunks;
+    if constexpr (kFold) {
+      // Slice boundary: total += p_s (total starts at 0); the next slice's partial restarts at 0.
+      if (t > 0 && tile_chunk0 % p.slice_chunks == 0) {
+#pragma unroll
+        for (int i = 0; i < kMmaM; ++i)
+#pragma unroll
+          for (int j = 0; j < kMmaN; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              total[i][j][e] += acc[i][j][e];
+              acc[i][j][e] = 0.0f;
+            }
+      }
+    }
+    const int valid = chunk_end - tile_chunk0;
+    if (valid >= kChunks)
+      mma_tile(t % kStages, kChunks);  // constant count: the per-chunk test folds away
+    else
+      mma_tile(t % kStages, valid);  // the last tile of K
+  }
+
+  OutT* y = static_cast<OutT*>(p.y);
+
+  if constexpr (kFold) {
+    if (p.num_slices > 1) {  // fold the last slice's partial
+#pragma unroll
+      for (int i = 0; i < kMmaM; ++i)
+#pragma unroll
+        for (int j = 0; j < kMmaN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e] + acc[i][j][e];
+    }
+  }
+
+  if constexpr (kCluster) {
+    if (p.num_slices > 1) {
+      // Partial of this slice -> own shared memory [BM][kPartialStride] fp32 (pipeline buffers reused).
+      cp_async_wait<0>();
+      __syncthreads();
+      float* partial = reinterpret_cast<float*>(smem);
+#pragma unroll
+      for (int i = 0; i < kMmaM; ++i)
+#pragma unroll
+        for (int j = 0; j < kMmaN; ++j) {
+          const int r = warp_m0 + i * 16 + (lane >> 2), c = warp_n0 + j * 8 + (lane & 3) * 2;
+          *reinterpret_cast<float2*>(partial + r * Cfg::kPartialStride + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+          *reinterpret_cast<float2*>(partial + (r + 8) * Cfg::kPartialStride + c) =
+              make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();  // all partials of the cluster written and visible
+      // Rank `slice` sums rows [r0, r1) of the tile over ranks 0..S-1 in rank order and stores them.
+      const int num_slices = p.num_slices;
+      const int rows_per_rank = (BM + num_slices - 1) / num_slices;
+      const int r0 = slice * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
+      constexpr int kVec4PerRow = BN / 4;
+      const bool vector_store = (N & 3) == 0;
+      for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
+        const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
+        const int m = row_begin + r, n = n_begin + c;
+        if (m >= row_end || n >= N) continue;  // padding: nothing to store (at M = 1, 15 of 16 rows)
+        const int offset = r * Cfg::kPartialStride + c;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // same start as the register fold's total
+        for (int s = 0; s < num_slices; ++s) {
+          const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, s) + offset);
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        OutT* out = y + static_cast<size_t>(m) * N + n;
+        if (vector_store && n + 3 < N) {
+          store_four(out, sum);
+        } else {
+          const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+          for (int e = 0; e < 4 && n + e < N; ++e) store_one(out + e, vals[e]);
+        }
+      }
+      cluster.sync();  // keep this CTA's shared memory alive until every rank has read it
+      return;
+    }
+  }
+
+  // --- Direct epilogue from the mma accumulator layout: c0,c1 at (row g, cols 2q, 2q+1), c2,c3 at row g + 8.
+  const bool pair_store = (N & 1) == 0;
+#pragma unroll
+  for (int i = 0; i < kMmaM; ++i)
+#pragma unroll
+    for (int j = 0; j < kMmaN; ++j) {
+      const int n = n_begin + warp_n0 + j * 8 + (lane & 3) * 2;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = row_begin + warp_m0 + i * 16 + (lane >> 2) + h * 8;
+        if (m >= row_end || n >= N) continue;
+        OutT* out = y + static_cast<size_t>(m) * N + n;
+        if (pair_store && n + 1 < N) {
+          store_two(out, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        } else {
+          store_one(out, acc[i][j][2 * h]);
+          if (n + 1 < N) store_one(out + 1, acc[i][j][2 * h + 1]);
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+constexpr int kMaxCachedDevices = 64;
+
+int current_device() {
+  int device = 0;
+  (void)cudaGetDevice(&device);
+  return device;
+}
+
+int sm_count() {
+  static std::atomic<int> cache[kMaxCachedDevices];  // 0 = not queried yet
+  const int device = current_device();
+  const bool cached = device >= 0 && device < kMaxCachedDevices;
+  if (cached) {
+    const int known = cache[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
+  int count = 0;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
+    (void)cudaGetLastError();  // not a launch error of the caller's; assume an H100/H200
+    count = 132;
+  }
+  if (cached) cache[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+[[noreturn]] void fail(const char* what, long long value) {
+  std::fprintf(stderr, "deepinfer cuda gemm: %s (%lld)\n", what, value);
+  std::abort();
+}
+
+// Grouped row-tile slots: sum_g ceil(rows_g / BM) < max_rows / BM + G, and each non-empty tile
+// holds at least one row.
+long long grouped_slots(int max_rows, int num_groups, int bm) {
+  return std::min<long long>((static_cast<long long>(max_rows) + bm - 1) / bm + num_groups, max_rows);
+}
+
+template <class Cfg, class OutT, bool kGrouped>
+void launch(GemmParams p, int grouped_max_rows, cudaStream_t stream) {
+  const auto kernel = gemm_kernel<Cfg, OutT, kGrouped>;
+  // Opt in to > 48 KB of dynamic shared memory once per device for this kernel.
+  static std::atomic<uint64_t> smem_attribute_devices{0};
+  const int device = current_device();
+  const uint64_t device_bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (device_bit == 0 || (smem_attribute_devices.load(std::memory_order_relaxed) & device_bit) == 0) {
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    smem_attribute_devices.fetch_or(device_bit, std::memory_order_relaxed);
+  }
+
+  const bool cluster = Cfg::kReduction == SliceReduction::kClusterDsmem && p.num_slices > 1;
+  const int ctas_per_tile = cluster ? p.num_slices : 1;
+  p.n_tiles = (p.N + Cfg::BN - 1) / Cfg::BN;
+  long long grid_x = 0, grid_y = 1;
+  if constexpr (kGrouped) {
+    grid_x = static_cast<long long>(p.n_tiles) * ctas_per_tile;
+    grid_y = grouped_slots(grouped_max_rows, p.num_groups, Cfg::BM);
+    if (grid_y > 65535) fail("grouped_gemm: too many row tiles for grid.y", grid_y);
+  } else {
+    p.m_tiles = (p.M + Cfg::BM - 1) / Cfg::BM;
+    grid_x = static_cast<long long>(p.m_tiles) * p.n_tiles * ctas_per_tile;
+  }
+  if (grid_x > 0x7fffffffLL) fail("gemm: too many tiles for grid.x", grid_x);
+  if (grid_x == 0 || grid_y == 0) return;
+
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1);
+  config.blockDim = dim3(Cfg::kThreads, 1, 1);
+  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  if (cluster) {
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(p.num_slices);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  // Errors (if any) are left for the caller's next CUDA call, as for <<<>>>.
+  (void)cudaLaunchKernelEx(&config, kernel, p);
+}
+
+// Largest tiles that still give at least one full wave; `rows` is M (dense) or the mean rows per
+// group (grouped), `total_rows` the rows of the whole call.
+int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan) {
+  if (rows <= 16) return kM16N32;
+  if (rows > 64) {
+    const long long sms = sm_count();
+    const auto tiles = [&](int bm, int bn) { return (total_rows + bm - 1) / bm * ((N + bn - 1) / bn); };
+    if (plan.num_slices == 1 && tiles(128, 256) >= sms) return kM128N256;
+    if (tiles(128, 128) >= sms) return plan.num_slices == 1 ? kM128N128 : kM128N128Fold;
+  }
+  return kM64N64;
+}
+
+// kNone configs cannot combine slices: with S > 1 they are replaced by the same tile with the fold.
+int legal_config(int config, const SlicePlan& plan) {
+  if (config < 0 || config >= kNumConfigs) fail("gemm: unknown tile configuration", config);
+  if (plan.num_slices > 1 && (config == kM128N128 || config == kM128N256)) return kM128N128Fold;
+  return config;
+}
+
+template <class OutT, bool kGrouped>
+void dispatch(int config, const GemmParams& p, int grouped_max_rows, cudaStream_t stream) {
+  switch (config) {
+    case kM16N32: launch<CfgM16N32, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM64N64: launch<CfgM64N64, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM128N128: launch<CfgM128N128, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM128N128Fold: launch<CfgM128N128Fold, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    default: launch<CfgM128N256, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+  }
+}
+
+GemmParams make_params(const bf16* x, int K, int N, void* y, const SlicePlan& plan) {
+  GemmParams p = {};
+  p.x = x;
+  p.y = y;
+  p.N = N;
+  p.K = K;
+  p.num_chunks = plan.num_chunks;
+  p.slice_chunks = plan.slice_chunks;
+  p.num_slices = plan.num_slices;
+  return p;
+}
+
+template <class OutT>
+void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, OutT* y, cudaStream_t stream) {
+  if (M <= 0 || N <= 0) return;
+  const SlicePlan plan = plan_slices(N, K);
+  if (config < 0) config = choose_config(M, M, N, plan);
+  GemmParams p = make_params(x, K, N, y, plan);
+  p.M = M;
+  p.w = W;
+  dispatch<OutT, false>(legal_config(config, plan), p, 0, stream);
+}
+
+template <class OutT>
+void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                       const bf16* const* weights, int N, OutT* y, cudaStream_t stream) {
+  if (G <= 0 || max_rows <= 0 || N <= 0) return;
+  const SlicePlan plan = plan_slices(N, K);
+  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, N, plan);
+  config = legal_config(config, plan);
+  // grid.y holds the row-tile slots: fall back to 128-row tiles if the small ones would overflow it.
+  const int bm = config == kM16N32 ? 16 : config == kM64N64 ? 64 : 128;
+  if (grouped_slots(max_rows, G, bm) > 65535) config = plan.num_slices > 1 ? kM128N128Fold : kM128N128;
+  GemmParams p = make_params(x, K, N, y, plan);
+  p.row_offsets = row_offsets;
+  p.num_groups = G;
+  p.group_weights = weights;
+  dispatch<OutT, true>(config, p, max_rows, stream);
+}
+
+}  // namespace
+
+void gemm(const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream) {
+  gemm_impl(-1, x, M, K, W, N, y, stream);
+}
+void gemm(const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream_t stream) {
+  gemm_impl(-1, x, M, K, W, N, y, stream);
+}
+void grouped_gemm(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* const* weights,
+                  int N, float* y, cudaStream_t stream) {
+  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, weights, N, y, stream);
+}
+void grouped_gemm(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* const* weights,
+                  int N, bf16* y, cudaStream_t stream) {
+  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, weights, N, y, stream);
+}
+
+// Hooks for tests/cuda/gemm_test.cc and bench/cuda/gemm_bench.cc (declared there, not in gemm.h):
+// run one tile configuration by index, so every configuration can be checked against the others.
+namespace gemm_testing {
+int config_count() { return kNumConfigs; }
+const char* config_name(int config) { return config >= 0 && config < kNumConfigs ? kConfigNames[config] : "?"; }
+int slice_count(int N, int K) { return plan_slices(N, K).num_slices; }
+bool config_runs_as_is(int config, int N, int K) { return legal_config(config, plan_slices(N, K)) == config; }
+int auto_config(int M, int N, int K) {
+  const SlicePlan plan = plan_slices(N, K);
+  return legal_config(choose_config(M, M, N, plan), plan);
+}
+void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream) {
+  gemm_impl(config, x, M, K, W, N, y, stream);
+}
+void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream_t stream) {
+  gemm_impl(config, x, M, K, W, N, y, stream);
+}
+void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                              const bf16* const* weights, int N, float* y, cudaStream_t stream) {
+  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, weights, N, y, stream);
+}
+void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                              const bf16* const* weights, int N, bf16* y, cudaStream_t stream) {
+  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, weights, N, y, stream);
+}
+}  // namespace gemm_testing
+
+}  // namespace deepinfer::backend::cuda

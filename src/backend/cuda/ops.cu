@@ -1,0 +1,917 @@
+// Token-wise ops of the CUDA backend (sm_90); the contract of every entry point is in ops.h.
+//
+// Conventions shared by the kernels below.
+//  * Chunks. Rows are walked in "chunks" of 4 consecutive fp32 values (8 for bf16-only copies).
+//    Every row reduction gives thread t of a block of fixed size the chunks t, t + blockDim, ...
+//    in increasing order, accumulates with explicit fmaf, then reduces across lanes with a fixed
+//    xor butterfly and across warps sequentially. The order therefore depends only on the row
+//    width (and compile-time block sizes), never on M: a row's bits are the same alone or in a
+//    batch.
+//  * Alignment. No alignment is required of callers. A chunk is read with one 16-byte load when
+//    the row width is a multiple of the chunk and every pointer involved is 16-byte aligned (8
+//    bytes for 4-value bf16 stores); otherwise the same chunk is read element by element with zero
+//    padding past the row end. Both paths feed the same arithmetic, so results are bitwise equal
+//    whichever path runs (the tests check this with misaligned pointers and odd widths). All real
+//    widths (4096, 16384, 512, 1024, 2048, ...) with cudaMalloc'd buffers take the vector path.
+//  * Grids. Per-row kernels put rows on grid.x (up to 2^31 - 1) and chunk tiles on grid.y.
+//  * Contract checks (hc <= 8, E <= 1024, K <= 16, ...) abort via DI_CHECK: they are caller bugs.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/ops.h"
+#include "base/check.h"
+
+namespace deepinfer::backend::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+bool aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+__host__ __device__ constexpr int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
+
+// grid.y for per-row kernels: enough tiles of `threads` chunks to cover `chunks`.
+dim3 row_grid(int rows, int chunks, int threads) {
+  return dim3(static_cast<unsigned>(rows), static_cast<unsigned>(std::max(1, ceil_div(chunks, threads))));
+}
+
+__device__ __forceinline__ float sigmoidf(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+// Chunk c (values 4c .. 4c+3) of a row of n floats; zeros past the end on the scalar path.
+__device__ __forceinline__ float4 load4(const float* row, int c, int n, bool vec) {
+  const int i = 4 * c;
+  if (vec) return *reinterpret_cast<const float4*>(row + i);
+  float4 v;
+  v.x = i < n ? row[i] : 0.0f;
+  v.y = i + 1 < n ? row[i + 1] : 0.0f;
+  v.z = i + 2 < n ? row[i + 2] : 0.0f;
+  v.w = i + 3 < n ? row[i + 3] : 0.0f;
+  return v;
+}
+
+__device__ __forceinline__ void store4(float* row, int c, int n, bool vec, float4 v) {
+  const int i = 4 * c;
+  if (vec) {
+    *reinterpret_cast<float4*>(row + i) = v;
+    return;
+  }
+  if (i < n) row[i] = v.x;
+  if (i + 1 < n) row[i + 1] = v.y;
+  if (i + 2 < n) row[i + 2] = v.z;
+  if (i + 3 < n) row[i + 3] = v.w;
+}
+
+// Four values rounded to bf16 (nearest even), packed in memory order (x lowest).
+__device__ __forceinline__ uint2 pack_bf16x4(float4 v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 packed;
+  memcpy(&packed.x, &lo, 4);
+  memcpy(&packed.y, &hi, 4);
+  return packed;
+}
+
+// One 8-byte store on the vector path.
+__device__ __forceinline__ void store4_bf16(bf16* row, int c, int n, bool vec, float4 v) {
+  const int i = 4 * c;
+  if (vec) {
+    *reinterpret_cast<uint2*>(row + i) = pack_bf16x4(v);
+    return;
+  }
+  if (i < n) row[i] = __float2bfloat16_rn(v.x);
+  if (i + 1 < n) row[i + 1] = __float2bfloat16_rn(v.y);
+  if (i + 2 < n) row[i + 2] = __float2bfloat16_rn(v.z);
+  if (i + 3 < n) row[i + 3] = __float2bfloat16_rn(v.w);
+}
+
+__device__ __forceinline__ float4 fma4(float a, float4 x, float4 acc) {
+  return make_float4(fmaf(a, x.x, acc.x), fmaf(a, x.y, acc.y), fmaf(a, x.z, acc.z), fmaf(a, x.w, acc.w));
+}
+// acc + a . b, accumulated in the order x, y, z, w.
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+}
+
+// Sums each of kN values over the 32 lanes of a warp with exactly the additions of an xor
+// butterfly (lane l adds its partner l ^ off at off = 16, 8, ..., 1; a + b == b + a bitwise), but
+// at each level a lane keeps only half of its values and receives the partner's matching half:
+// kN - kN / 32 shuffles instead of 5 kN. On return lane l holds the totals of values
+// l * (kN / 32) + i in v[i], i < kN / 32.
+template <int kN>
+__device__ __forceinline__ void warp_sum_halving(float (&v)[kN]) {
+  static_assert(kN % 32 == 0);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int level = 0; level < 5; ++level) {
+    const int off = 16 >> level, half = (kN >> level) / 2;
+    const bool upper = (lane & off) != 0;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float send = upper ? v[i] : v[half + i];
+      const float keep = upper ? v[half + i] : v[i];
+      v[i] = keep + __shfl_xor_sync(kFullMask, send, off);
+    }
+  }
+}
+
+// Sum of v over a block of kThreads threads, the same value in every thread: butterfly per warp,
+// then every thread adds the warp totals in warp order. `scratch` holds kThreads / 32 floats.
+template <int kThreads>
+__device__ float block_sum(float v, float* scratch) {
+  static_assert(kThreads % 32 == 0);
+  v = warp_sum(v);
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+constexpr int kCopyThreads = 128;
+
+// X[t, i, :] = fp32(table[tokens[t], :]); chunks of 8 bf16 (one 16-byte load).
+__global__ void __launch_bounds__(kCopyThreads)
+    embed_kernel(const int32_t* __restrict__ tokens, const bf16* __restrict__ table, int D, int hc,
+                 float* __restrict__ X, bool vec) {
+  const int t = static_cast<int>(blockIdx.x);
+  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  const int i = 8 * c;
+  if (i >= D) return;
+  const bf16* src = table + static_cast<size_t>(tokens[t]) * D;
+  float* dst = X + static_cast<size_t>(t) * hc * D;
+  if (vec) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(src + i);
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const float2 p0 = __bfloat1622float2(pairs[0]), p1 = __bfloat1622float2(pairs[1]);
+    const float2 p2 = __bfloat1622float2(pairs[2]), p3 = __bfloat1622float2(pairs[3]);
+    const float4 lo = make_float4(p0.x, p0.y, p1.x, p1.y), hi = make_float4(p2.x, p2.y, p3.x, p3.y);
+    for (int s = 0; s < hc; ++s) {
+      *reinterpret_cast<float4*>(dst + static_cast<size_t>(s) * D + i) = lo;
+      *reinterpret_cast<float4*>(dst + static_cast<size_t>(s) * D + i + 4) = hi;
+    }
+    return;
+  }
+  for (int j = i; j < min(i + 8, D); ++j) {
+    const float v = __bfloat162float(src[j]);
+    for (int s = 0; s < hc; ++s) dst[static_cast<size_t>(s) * D + j] = v;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm: one block per row.
+
+constexpr int kRmsThreads = 256;  // part of the reduction order: fixed
+
+__global__ void __launch_bounds__(kRmsThreads)
+    rms_norm_kernel(const float* x, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16, bool vec) {
+  __shared__ float scratch[kRmsThreads / 32];
+  const size_t row = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(n);
+  const float* xr = x + row;
+  const int chunks = ceil_div(n, 4);
+  const int tid = static_cast<int>(threadIdx.x);
+  float ss = 0.0f;
+  for (int c = tid; c < chunks; c += kRmsThreads) {
+    const float4 v = load4(xr, c, n, vec);
+    ss = dot4(v, v, ss);
+  }
+  const float total = block_sum<kRmsThreads>(ss, scratch);
+  // Same expression as the CPU reference: IEEE division and square root.
+  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
+  // Each thread rereads and rewrites only its own chunks, after the barrier in block_sum: y_f32
+  // may alias x.
+  for (int c = tid; c < chunks; c += kRmsThreads) {
+    const float4 v = load4(xr, c, n, vec);
+    float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
+    if (weight != nullptr) {
+      const float4 w = load4(weight, c, n, vec);
+      y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
+    }
+    if (y_f32 != nullptr) store4(y_f32 + row, c, n, vec, y);
+    if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, vec, y);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE: one block per row; the row's cos/sin table is built once in shared memory.
+
+constexpr int kRopeThreads = 128;
+
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kernel(float* __restrict__ x, int heads, int head_dim, const int64_t* __restrict__ pos,
+                const float* __restrict__ inv_freq, int rope_dim, float attention_factor, bool inverse, bool vec) {
+  extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
+  const int half = rope_dim / 2;
+  const int m = static_cast<int>(blockIdx.x);
+  const float p = static_cast<float>(pos[m]);
+  for (int i = static_cast<int>(threadIdx.x); i < half; i += kRopeThreads) {
+    float s, c;
+    sincosf(inv_freq[i] * p, &s, &c);
+    cos_sin[i] = c * attention_factor;
+    s *= attention_factor;
+    cos_sin[half + i] = inverse ? -s : s;
+  }
+  __syncthreads();
+  float* row = x + static_cast<size_t>(m) * heads * head_dim + (head_dim - rope_dim);
+  for (int q = static_cast<int>(threadIdx.x); q < heads * half; q += kRopeThreads) {
+    const int h = q / half, i = q % half;
+    float* v = row + static_cast<size_t>(h) * head_dim + 2 * i;
+    float2 ab = vec ? *reinterpret_cast<const float2*>(v) : make_float2(v[0], v[1]);
+    const float c = cos_sin[i], s = cos_sin[half + i];
+    const float2 out = make_float2(ab.x * c - ab.y * s, ab.y * c + ab.x * s);
+    if (vec) {
+      *reinterpret_cast<float2*>(v) = out;
+    } else {
+      v[0] = out.x;
+      v[1] = out.y;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// mHC pre-mix and head collapse.
+//
+// A cluster of kHcSplit CTAs handles kTok tokens. The fn . x dot products and the sum of squares
+// of a token's hc * D values are split across the cluster in fixed chunk ranges; partials meet
+// through distributed shared memory and are added in rank order, so the order depends only on
+// hc * D. Splitting matters for T = 1 (fn is 1.5 MB fp32: one SM would need ~12 us to stream it,
+// eight SMs ~2 us); kTok > 1 lets large batches reuse each fn chunk from registers for several
+// tokens. Every CTA then computes pre/mixes redundantly (same inputs, same order, same bits),
+// collapses its share of D, and warp 0 of rank tk runs token tk's Sinkhorn (shuffles only, ~40
+// dependent division steps) overlapping the collapse of the other warps.
+
+constexpr int kHcThreads = 256;
+constexpr int kHcWarps = kHcThreads / 32;
+constexpr int kHcSplit = 8;         // CTAs per cluster (portable cluster size)
+constexpr int kHcManyTokens = 128;  // from this M on, kTok > 1 (does not change any token's bits)
+
+struct HcArgs {
+  const float* X;
+  const int* rows;  // head: X rows to read; pre: null (row = token)
+  int M, D;
+  const float* fn;
+  const float* base;
+  const float* scale;
+  int iters;
+  float hc_eps, norm_eps;
+  float* out;  // collapsed [M, D]
+  float* post;
+  float* comb;
+  bool vec;
+};
+
+// Token's comb matrix (hc x hc, from the mixes) through softmax, +eps and Sinkhorn, by one warp;
+// lane l holds elements l and l + 32. Written to comb_out[j * HC + k].
+template <int HC>
+__device__ void sinkhorn_warp(const float* mix, const float* base, float scale, int iters, float hc_eps,
+                              float* comb_out) {
+  constexpr int kElems = HC * HC;
+  constexpr int kSlots = (kElems + 31) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  float c[kSlots];
+  int row[kSlots], col[kSlots];
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int e = min(lane + 32 * s, kElems - 1);  // idle lanes shadow the last element
+    row[s] = e / HC;
+    col[s] = e % HC;
+    c[s] = fmaf(mix[2 * HC + e], scale, base[2 * HC + e]);
+  }
+  // Value of element idx (every lane passes its own idx; all lanes must call).
+  auto at = [&](int idx) {
+    float v = __shfl_sync(kFullMask, c[0], idx & 31);
+    if constexpr (kSlots > 1) {
+      const float v1 = __shfl_sync(kFullMask, c[1], idx & 31);
+      if (idx >= 32) v = v1;
+    }
+    return v;
+  };
+  // Row softmax, then + eps (the CPU's loop order: max, exp, sequential sum, divide).
+  {
+    float mx[kSlots], sum[kSlots];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) mx[s] = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < HC; ++k)
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) mx[s] = fmaxf(mx[s], at(row[s] * HC + k));
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      c[s] = expf(c[s] - mx[s]);
+      sum[s] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < HC; ++k)
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) sum[s] += at(row[s] * HC + k);
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) c[s] = c[s] / sum[s] + hc_eps;
+  }
+  auto normalise = [&](bool columns) {
+    float sum[kSlots];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) sum[s] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < HC; ++q)
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) sum[s] += at(columns ? q * HC + col[s] : row[s] * HC + q);
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) c[s] = c[s] / (sum[s] + hc_eps);
+  };
+  normalise(true);
+  for (int it = 0; it < iters - 1; ++it) {
+    normalise(false);
+    normalise(true);
+  }
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s)
+    if (lane + 32 * s < kElems) comb_out[lane + 32 * s] = c[s];
+}
+
+template <int HC, int kMix, int kTok, bool kHead>
+__global__ void __cluster_dims__(kHcSplit, 1, 1) __launch_bounds__(kHcThreads) hc_mix_kernel(HcArgs a) {
+  static_assert(kTok <= kHcSplit, "one Sinkhorn warp per token: rank tk's warp 0");
+  constexpr int kVals = kMix + 1;  // per token: kMix dot products, then the sum of squares
+  __shared__ float warp_part[kHcWarps][kTok * kVals];
+  __shared__ float cta_part[kTok * kVals];
+  __shared__ float total[kTok * kVals];
+  __shared__ float mixes[kTok][kMix];
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int tok0 = static_cast<int>(blockIdx.x / kHcSplit) * kTok;
+  const int ntok = min(kTok, a.M - tok0);
+  const int W = HC * a.D;
+
+  // Tokens past M (last group) alias the group's first token; their results are never stored.
+  const float* xrow[kTok];
+#pragma unroll
+  for (int tk = 0; tk < kTok; ++tk) {
+    const int m = tok0 + (tk < ntok ? tk : 0);
+    const int r = kHead ? a.rows[m] : m;
+    xrow[tk] = a.X + static_cast<size_t>(r) * W;
+  }
+
+  // 1) This CTA's chunk range of every token's row: sum of squares and fn . x.
+  const int chunks = ceil_div(W, 4);
+  const int c_begin = static_cast<int>(static_cast<long long>(chunks) * rank / kHcSplit);
+  const int c_end = static_cast<int>(static_cast<long long>(chunks) * (rank + 1) / kHcSplit);
+  // acc[tk * kVals + v], padded with zeros to whole warps for warp_sum_halving.
+  constexpr int kPadded = (kTok * kVals + 31) / 32 * 32;
+  float acc[kPadded];
+#pragma unroll
+  for (int v = 0; v < kPadded; ++v) acc[v] = 0.0f;
+  for (int c = c_begin + tid; c < c_end; c += kHcThreads) {
+    float4 xv[kTok];
+#pragma unroll
+    for (int tk = 0; tk < kTok; ++tk) {
+      xv[tk] = load4(xrow[tk], c, W, a.vec);
+      acc[tk * kVals + kMix] = dot4(xv[tk], xv[tk], acc[tk * kVals + kMix]);
+    }
+#pragma unroll
+    for (int j = 0; j < kMix; ++j) {
+      const float4 f = load4(a.fn + static_cast<size_t>(j) * W, c, W, a.vec);
+#pragma unroll
+      for (int tk = 0; tk < kTok; ++tk) acc[tk * kVals + j] = dot4(f, xv[tk], acc[tk * kVals + j]);
+    }
+  }
+
+  // 2) Warp (butterfly tree), block (warps in order), then cluster (ranks in order) reduction.
+  warp_sum_halving(acc);
+#pragma unroll
+  for (int i = 0; i < kPadded / 32; ++i) {
+    const int v = lane * (kPadded / 32) + i;
+    if (v < kTok * kVals) warp_part[warp][v] = acc[i];
+  }
+  __syncthreads();
+  for (int v = tid; v < kTok * kVals; v += kHcThreads) {
+    float s = 0.0f;
+    for (int w = 0; w < kHcWarps; ++w) s += warp_part[w][v];
+    cta_part[v] = s;
+  }
+  cluster.sync();
+  for (int v = tid; v < kTok * kVals; v += kHcThreads) {
+    float s = 0.0f;
+    for (int r = 0; r < kHcSplit; ++r) s += cluster.map_shared_rank(cta_part, r)[v];
+    total[v] = s;
+  }
+  cluster.sync();  // no CTA leaves (or reuses cta_part) while another still reads it
+
+  // 3) mixes = (fn . x) * rsqrt(mean(x^2) + eps), i.e. fn . rmsnorm(x).
+  __shared__ float pre[kTok][HC];
+  for (int v = tid; v < kTok * kMix; v += kHcThreads) {
+    const int tk = v / kMix, j = v % kMix;
+    const float r = 1.0f / sqrtf(total[tk * kVals + kMix] / static_cast<float>(W) + a.norm_eps);
+    const float mix = total[tk * kVals + j] * r;
+    mixes[tk][j] = mix;
+    if (j < HC) pre[tk][j] = sigmoidf(fmaf(mix, a.scale[0], a.base[j])) + a.hc_eps;
+  }
+  __syncthreads();
+
+  // 4) post and comb of token `rank` (hc_pre only).
+  if constexpr (!kHead) {
+    if (warp == 0 && rank < ntok) {
+      const int m = tok0 + rank;
+      if (lane < HC)
+        a.post[static_cast<size_t>(m) * HC + lane] =
+            2.0f * sigmoidf(fmaf(mixes[rank][HC + lane], a.scale[1], a.base[HC + lane]));
+      sinkhorn_warp<HC>(mixes[rank], a.base, a.scale[2], a.iters, a.hc_eps, a.comb + static_cast<size_t>(m) * HC * HC);
+    }
+  }
+
+  // 5) collapsed[m, d] = sum_i pre_i X[m, i, d]; the cluster's CTAs share the chunks of D.
+  const int d_chunks = ceil_div(a.D, 4);
+  for (int c = rank * kHcThreads + tid; c < d_chunks; c += kHcSplit * kHcThreads) {
+    for (int tk = 0; tk < ntok; ++tk) {
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < HC; ++i)
+        o = fma4(pre[tk][i], load4(xrow[tk] + static_cast<size_t>(i) * a.D, c, a.D, a.vec), o);
+      store4(a.out + static_cast<size_t>(tok0 + tk) * a.D, c, a.D, a.vec, o);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// hc_post: each thread owns one chunk of D of one token across all hc streams, so the in-place
+// update needs no barrier.
+
+constexpr int kEltThreads = 256;
+
+template <int HC>
+__global__ void __launch_bounds__(kEltThreads)
+    hc_post_kernel(float* X, const float* __restrict__ o, int D, const float* __restrict__ post,
+                   const float* __restrict__ comb, bool vec) {
+  const int m = static_cast<int>(blockIdx.x);
+  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= ceil_div(D, 4)) return;
+  float* Xm = X + static_cast<size_t>(m) * HC * D;
+  const float* pm = post + static_cast<size_t>(m) * HC;
+  const float* Cm = comb + static_cast<size_t>(m) * HC * HC;
+  float4 old[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) old[j] = load4(Xm + static_cast<size_t>(j) * D, c, D, vec);
+  const float4 ov = load4(o + static_cast<size_t>(m) * D, c, D, vec);
+#pragma unroll
+  for (int k = 0; k < HC; ++k) {
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < HC; ++j) s = fma4(Cm[j * HC + k], old[j], s);
+    store4(Xm + static_cast<size_t>(k) * D, c, D, vec, fma4(pm[k], ov, s));
+  }
+}
+
+// Calls f(std::integral_constant<int, hc>{}) for hc in [1, 8].
+template <int kHc = 1, typename F>
+void with_hc(int hc, F&& f) {
+  if constexpr (kHc <= 8) {
+    if (hc == kHc) return f(std::integral_constant<int, kHc>{});
+    with_hc<kHc + 1>(hc, f);
+  } else {
+    DI_CHECK(false, "hc = %d, expected 1..8", hc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU
+
+__global__ void __launch_bounds__(kEltThreads)
+    swiglu_kernel(const float* __restrict__ gu, int inter, float limit, const float* __restrict__ row_weight,
+                  bf16* __restrict__ out, bool vec) {
+  const int m = static_cast<int>(blockIdx.x);
+  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= ceil_div(inter, 4)) return;
+  const float* row = gu + static_cast<size_t>(m) * 2 * inter;
+  const float4 g4 = load4(row, c, inter, vec), u4 = load4(row + inter, c, inter, vec);
+  const float rw = row_weight != nullptr ? row_weight[m] : 1.0f;
+  // std::min(g, limit) and std::clamp(u, -limit, limit), spelled as the standard defines them.
+  auto act = [&](float g, float u) {
+    const float gate = limit < g ? limit : g;
+    const float up = u < -limit ? -limit : (limit < u ? limit : u);
+    const float v = gate / (1.0f + expf(-gate)) * up;
+    return row_weight != nullptr ? v * rw : v;
+  };
+  const float4 y = make_float4(act(g4.x, u4.x), act(g4.y, u4.y), act(g4.z, u4.z), act(g4.w, u4.w));
+  store4_bf16(out + static_cast<size_t>(m) * inter, c, inter, vec, y);
+}
+
+// ---------------------------------------------------------------------------------------------
+// MoE routing: one warp per token, the token's scores in shared memory.
+
+constexpr int kRouteWarps = 4;
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxTopK = 16;
+
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_kernel(const float* __restrict__ logits, int T, int E, int K, Scoring scoring,
+                     const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
+                     const int32_t* __restrict__ tokens, float routed_scale, int* __restrict__ sel,
+                     float* __restrict__ w) {
+  __shared__ float score_s[kRouteWarps][kMaxExperts];
+  __shared__ float biased_s[kRouteWarps][kMaxExperts];
+  __shared__ int pick_s[kRouteWarps][kMaxTopK];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= T) return;  // whole warps only; no block barriers below
+  const float* lg = logits + static_cast<size_t>(t) * E;
+  float* score = score_s[warp];
+  float* biased = biased_s[warp];
+  int* pick = pick_s[warp];
+
+  // Element e lives in lane e % 32 (slot e / 32) throughout.
+  if (scoring == Scoring::kSoftmax) {
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
+    mx = warp_max(mx);
+    float part = 0.0f;
+    for (int e = lane; e < E; e += 32) {
+      const float ex = expf(lg[e] - mx);
+      score[e] = ex;
+      part += ex;
+    }
+    const float sum = warp_sum(part);
+    for (int e = lane; e < E; e += 32) score[e] = score[e] / sum;
+  } else {
+    for (int e = lane; e < E; e += 32) {
+      const float x = lg[e];
+      score[e] = scoring == Scoring::kSigmoid ? sigmoidf(x) : sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+    }
+  }
+
+  if (tid2eid != nullptr) {
+    if (lane < K) pick[lane] = tid2eid[static_cast<size_t>(tokens[t]) * K + lane];
+  } else {
+    for (int e = lane; e < E; e += 32) biased[e] = score[e] + (bias != nullptr ? bias[e] : 0.0f);
+    // K rounds of warp argmax over the untaken experts; the order (score desc, id asc) is total,
+    // so the butterfly leaves the same winner in every lane.
+    unsigned taken = 0;  // bit s: expert lane + 32 s already picked
+    for (int r = 0; r < K; ++r) {
+      float best = -INFINITY;
+      int best_id = INT_MAX;  // none yet
+      for (int s = 0, e = lane; e < E; ++s, e += 32) {
+        if ((taken >> s) & 1u) continue;
+        const float b = biased[e];
+        if (best_id == INT_MAX || b > best) {  // ascending e: strict > keeps the lower id
+          best = b;
+          best_id = e;
+        }
+      }
+      for (int off = 16; off > 0; off >>= 1) {
+        const float ob = __shfl_xor_sync(kFullMask, best, off);
+        const int oid = __shfl_xor_sync(kFullMask, best_id, off);
+        if (oid != INT_MAX && (best_id == INT_MAX || ob > best || (ob == best && oid < best_id))) {
+          best = ob;
+          best_id = oid;
+        }
+      }
+      if (best_id % 32 == lane) taken |= 1u << (best_id / 32);
+      if (lane == 0) pick[r] = best_id;
+    }
+  }
+  __syncwarp();
+  if (lane < K) {
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += score[pick[k]];
+    const int id = pick[lane];
+    sel[static_cast<size_t>(t) * K + lane] = id;
+    w[static_cast<size_t>(t) * K + lane] = score[id] / (sum + 1e-20f) * routed_scale;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MoE permutation: stable counting sort without order-dependent atomics.
+//
+// CTA b owns experts [8b, 8b + 8). It counts the choices below and inside its range (integer
+// sums: any order gives the same result), then walks all choices in tiles of 1024 in index
+// order. Inside a tile, a choice's slot = its expert's running offset + choices of that expert in
+// earlier warps of the tile (a warp scan over per-warp ballot counts) + earlier lanes of its own
+// warp (popc of the ballot). Every CTA reads all of sel (200k ints at most, from L2).
+
+constexpr int kPermThreads = 1024;
+constexpr int kPermWarps = kPermThreads / 32;
+constexpr int kExpertsPerCta = 8;
+
+__global__ void __launch_bounds__(kPermThreads)
+    moe_permute_kernel(const int* __restrict__ sel, const float* __restrict__ w, int N, int K, int E,
+                       int* __restrict__ row_offsets, int* __restrict__ perm_token, float* __restrict__ perm_weight,
+                       int* __restrict__ row_of) {
+  __shared__ int count_part[kPermWarps][kExpertsPerCta + 1];
+  __shared__ int start[kExpertsPerCta + 1];
+  __shared__ int warp_count[kPermWarps][kExpertsPerCta];
+  __shared__ int warp_start[kPermWarps][kExpertsPerCta];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int e_first = static_cast<int>(blockIdx.x) * kExpertsPerCta;
+  const int n_own = min(kExpertsPerCta, E - e_first);
+
+  // 1) Counts: own[q] choices of expert e_first + q, `lower` choices of experts below e_first.
+  int lower = 0;
+  int own[kExpertsPerCta] = {};
+  for (int i = tid; i < N; i += kPermThreads) {
+    const int e = sel[i];
+    lower += e < e_first;
+#pragma unroll
+    for (int q = 0; q < kExpertsPerCta; ++q) own[q] += e == e_first + q;
+  }
+  lower = __reduce_add_sync(kFullMask, lower);
+#pragma unroll
+  for (int q = 0; q < kExpertsPerCta; ++q) own[q] = __reduce_add_sync(kFullMask, own[q]);
+  if (lane == 0) {
+#pragma unroll
+    for (int q = 0; q < kExpertsPerCta; ++q) count_part[warp][q] = own[q];
+    count_part[warp][kExpertsPerCta] = lower;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int sums[kExpertsPerCta + 1] = {};
+    for (int v = 0; v <= kExpertsPerCta; ++v)
+      for (int wp = 0; wp < kPermWarps; ++wp) sums[v] += count_part[wp][v];
+    int at = sums[kExpertsPerCta];
+    for (int q = 0; q < n_own; ++q) {
+      start[q] = at;
+      row_offsets[e_first + q] = at;
+      at += sums[q];
+    }
+    start[kExpertsPerCta] = at;  // end of this CTA's range
+    if (e_first + n_own == E) row_offsets[E] = at;
+  }
+  __syncthreads();
+  if (start[kExpertsPerCta] == start[0]) return;  // none of the choices is ours (uniform)
+
+  // 2) Stable scatter, tile by tile. Warp q (< n_own) keeps expert q's running offset.
+  int run = warp < n_own ? start[warp] : 0;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int tile = 0; tile < N; tile += kPermThreads) {
+    const int i = tile + tid;
+    const int q = i < N ? sel[i] - e_first : -1;
+    const bool mine = q >= 0 && q < n_own;
+    int rank = 0;
+#pragma unroll
+    for (int qq = 0; qq < kExpertsPerCta; ++qq) {
+      const unsigned ballot = __ballot_sync(kFullMask, mine && q == qq);
+      if (lane == 0) warp_count[warp][qq] = __popc(ballot);
+      if (mine && q == qq) rank = __popc(ballot & lanes_below);
+    }
+    __syncthreads();
+    if (warp < n_own) {
+      const int cnt = warp_count[lane][warp];
+      int incl = cnt;
+      for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_up_sync(kFullMask, incl, off);
+        if (lane >= off) incl += v;
+      }
+      warp_start[lane][warp] = run + incl - cnt;
+      run += __shfl_sync(kFullMask, incl, 31);
+    }
+    __syncthreads();
+    if (mine) {
+      const int slot = warp_start[warp][q] + rank;
+      perm_token[slot] = i / K;
+      if (perm_weight != nullptr) perm_weight[slot] = w[i];
+      row_of[i] = slot;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row gather (bf16) and MoE combination.
+
+__global__ void __launch_bounds__(kCopyThreads)
+    gather_rows_kernel(const bf16* __restrict__ src, const int* __restrict__ idx, int width, bf16* __restrict__ out,
+                       bool vec) {
+  const int r = static_cast<int>(blockIdx.x);
+  const int i = 8 * static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (i >= width) return;
+  const bf16* s = src + static_cast<size_t>(idx[r]) * width;
+  bf16* d = out + static_cast<size_t>(r) * width;
+  if (vec) {
+    *reinterpret_cast<uint4*>(d + i) = *reinterpret_cast<const uint4*>(s + i);
+    return;
+  }
+  for (int j = i; j < min(i + 8, width); ++j) d[j] = s[j];
+}
+
+// Each block sorts its token's K choices by (expert, k), then adds the rows in that order; out
+// may alias shared (each thread reads its chunk before writing it).
+__global__ void __launch_bounds__(kEltThreads)
+    moe_combine_kernel(const float* __restrict__ y, const int* __restrict__ row_of, const int* __restrict__ sel,
+                       const float* __restrict__ w, const float* shared, int K, int D, float* out, bool vec) {
+  __shared__ int order_row[kMaxTopK];
+  __shared__ float order_w[kMaxTopK];
+  const int t = static_cast<int>(blockIdx.x);
+  if (threadIdx.x == 0) {
+    int ks[kMaxTopK];
+    const int* st = sel + static_cast<size_t>(t) * K;
+    for (int k = 0; k < K; ++k) {  // insertion sort, stable: equal ids keep k order
+      int p = k;
+      while (p > 0 && st[ks[p - 1]] > st[k]) {
+        ks[p] = ks[p - 1];
+        --p;
+      }
+      ks[p] = k;
+    }
+    for (int q = 0; q < K; ++q) {
+      order_row[q] = row_of[static_cast<size_t>(t) * K + ks[q]];
+      order_w[q] = w != nullptr ? w[static_cast<size_t>(t) * K + ks[q]] : 1.0f;
+    }
+  }
+  __syncthreads();
+  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= ceil_div(D, 4)) return;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int q = 0; q < K; ++q) {
+    const float4 yv = load4(y + static_cast<size_t>(order_row[q]) * D, c, D, vec);
+    if (w != nullptr) {
+      acc = fma4(order_w[q], yv, acc);
+    } else {
+      acc = make_float4(acc.x + yv.x, acc.y + yv.y, acc.z + yv.z, acc.w + yv.w);
+    }
+  }
+  if (shared != nullptr) {
+    const float4 sv = load4(shared + static_cast<size_t>(t) * D, c, D, vec);
+    acc = make_float4(acc.x + sv.x, acc.y + sv.y, acc.z + sv.z, acc.w + sv.w);
+  }
+  store4(out + static_cast<size_t>(t) * D, c, D, vec, acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Casts: grid-stride over chunks of 4; the tail (n % 4, or everything when misaligned) scalar.
+
+__global__ void __launch_bounds__(kEltThreads)
+    to_bf16_kernel(const float* __restrict__ x, size_t n, bf16* __restrict__ y, bool vec) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t n4 = vec ? n / 4 : 0;
+  for (size_t c = first; c < n4; c += stride) {
+    reinterpret_cast<uint2*>(y)[c] = pack_bf16x4(reinterpret_cast<const float4*>(x)[c]);
+  }
+  for (size_t i = 4 * n4 + first; i < n; i += stride) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__device__ __forceinline__ float round_bf16_dev(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+__global__ void __launch_bounds__(kEltThreads) round_bf16_kernel(float* __restrict__ x, size_t n, bool vec) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t n4 = vec ? n / 4 : 0;
+  for (size_t c = first; c < n4; c += stride) {
+    float4 v = reinterpret_cast<float4*>(x)[c];
+    v = make_float4(round_bf16_dev(v.x), round_bf16_dev(v.y), round_bf16_dev(v.z), round_bf16_dev(v.w));
+    reinterpret_cast<float4*>(x)[c] = v;
+  }
+  for (size_t i = 4 * n4 + first; i < n; i += stride) x[i] = round_bf16_dev(x[i]);
+}
+
+unsigned cast_grid(size_t n) {
+  const size_t blocks = (n / 4 + kEltThreads) / kEltThreads;
+  return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(blocks, 1), 8192));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+
+void embed(const int32_t* tokens, int T, const bf16* table, int D, int hc, float* X, cudaStream_t stream) {
+  if (T <= 0 || D <= 0 || hc <= 0) return;
+  const bool vec = D % 8 == 0 && aligned(table, 16) && aligned(X, 16);
+  embed_kernel<<<row_grid(T, ceil_div(D, 8), kCopyThreads), kCopyThreads, 0, stream>>>(tokens, table, D, hc, X, vec);
+}
+
+void rms_norm(const float* x, int M, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16,
+              cudaStream_t stream) {
+  if (M <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && aligned(x, 16) && (weight == nullptr || aligned(weight, 16)) &&
+                   (y_f32 == nullptr || aligned(y_f32, 16)) && (y_bf16 == nullptr || aligned(y_bf16, 8));
+  rms_norm_kernel<<<static_cast<unsigned>(M), kRmsThreads, 0, stream>>>(x, n, weight, eps, y_f32, y_bf16, vec);
+}
+
+void rope(float* x, int M, int heads, int head_dim, const int64_t* pos, const float* inv_freq, int rope_dim,
+          float attention_factor, bool inverse, cudaStream_t stream) {
+  if (M <= 0 || heads <= 0 || rope_dim <= 0) return;
+  DI_CHECK(rope_dim % 2 == 0 && rope_dim <= head_dim, "rope_dim %d, head_dim %d", rope_dim, head_dim);
+  const bool vec = head_dim % 2 == 0 && aligned(x, 8);
+  rope_kernel<<<static_cast<unsigned>(M), kRopeThreads, rope_dim * sizeof(float), stream>>>(
+      x, heads, head_dim, pos, inv_freq, rope_dim, attention_factor, inverse, vec);
+}
+
+void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* base, const float* scale, int iters,
+            float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, cudaStream_t stream) {
+  if (M <= 0) return;
+  DI_CHECK(D > 0, "D = %d", D);
+  const bool vec = D % 4 == 0 && aligned(X, 16) && aligned(fn, 16) && aligned(collapsed, 16);
+  const HcArgs args{X, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, post, comb, vec};
+  with_hc(hc, [&](auto hc_constant) {
+    constexpr int HC = decltype(hc_constant)::value;
+    constexpr int kMix = (2 + HC) * HC;
+    // Accumulators per thread: kTok * (kMix + 1); at most ~128 keeps them in registers.
+    constexpr int kTokMany = 4 * (kMix + 1) <= 128 ? 4 : (2 * (kMix + 1) <= 128 ? 2 : 1);
+    if (M >= kHcManyTokens) {
+      const unsigned grid = static_cast<unsigned>(ceil_div(M, kTokMany) * kHcSplit);
+      hc_mix_kernel<HC, kMix, kTokMany, false><<<grid, kHcThreads, 0, stream>>>(args);
+    } else {
+      hc_mix_kernel<HC, kMix, 1, false><<<static_cast<unsigned>(M * kHcSplit), kHcThreads, 0, stream>>>(args);
+    }
+  });
+}
+
+void hc_post(float* X, const float* o, int M, int hc, int D, const float* post, const float* comb,
+             cudaStream_t stream) {
+  if (M <= 0 || D <= 0) return;
+  const bool vec = D % 4 == 0 && aligned(X, 16) && aligned(o, 16);
+  with_hc(hc, [&](auto hc_constant) {
+    constexpr int HC = decltype(hc_constant)::value;
+    hc_post_kernel<HC><<<row_grid(M, ceil_div(D, 4), kEltThreads), kEltThreads, 0, stream>>>(X, o, D, post, comb, vec);
+  });
+}
+
+void hc_head(const float* X, const int* rows, int R, int hc, int D, const float* fn, const float* base,
+             const float* scale, float hc_eps, float norm_eps, float* out, cudaStream_t stream) {
+  if (R <= 0) return;
+  DI_CHECK(D > 0, "D = %d", D);
+  const bool vec = D % 4 == 0 && aligned(X, 16) && aligned(fn, 16) && aligned(out, 16);
+  const HcArgs args{X, rows, R, D, fn, base, scale, 0, hc_eps, norm_eps, out, nullptr, nullptr, vec};
+  with_hc(hc, [&](auto hc_constant) {
+    constexpr int HC = decltype(hc_constant)::value;
+    hc_mix_kernel<HC, HC, 1, true><<<static_cast<unsigned>(R * kHcSplit), kHcThreads, 0, stream>>>(args);
+  });
+}
+
+void swiglu(const float* gu, int M, int inter, float limit, const float* row_weight, bf16* out, cudaStream_t stream) {
+  if (M <= 0 || inter <= 0) return;
+  const bool vec = inter % 4 == 0 && aligned(gu, 16) && aligned(out, 8);
+  swiglu_kernel<<<row_grid(M, ceil_div(inter, 4), kEltThreads), kEltThreads, 0, stream>>>(gu, inter, limit, row_weight,
+                                                                                          out, vec);
+}
+
+void moe_route(const float* logits, int T, int E, int K, Scoring scoring, const float* bias, const int32_t* tid2eid,
+               const int32_t* tokens, float routed_scale, int* sel, float* w, cudaStream_t stream) {
+  if (T <= 0) return;
+  DI_CHECK(E > 0 && E <= kMaxExperts && K > 0 && K <= kMaxTopK && K <= E, "E = %d, K = %d", E, K);
+  DI_CHECK(tid2eid == nullptr || tokens != nullptr, "hash routing needs the token ids");
+  moe_route_kernel<<<static_cast<unsigned>(ceil_div(T, kRouteWarps)), kRouteWarps * 32, 0, stream>>>(
+      logits, T, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w);
+}
+
+void moe_permute(const int* sel, const float* w, int T, int K, int E, int* row_offsets, int* perm_token,
+                 float* perm_weight, int* row_of, cudaStream_t stream) {
+  if (T <= 0 || K <= 0 || E <= 0) return;
+  DI_CHECK(static_cast<long long>(T) * K <= INT_MAX, "T * K = %lld", static_cast<long long>(T) * K);
+  moe_permute_kernel<<<static_cast<unsigned>(ceil_div(E, kExpertsPerCta)), kPermThreads, 0, stream>>>(
+      sel, w, T * K, K, E, row_offsets, perm_token, perm_weight, row_of);
+}
+
+void gather_rows(const bf16* src, const int* idx, int R, int width, bf16* out, cudaStream_t stream) {
+  if (R <= 0 || width <= 0) return;
+  const bool vec = width % 8 == 0 && aligned(src, 16) && aligned(out, 16);
+  gather_rows_kernel<<<row_grid(R, ceil_div(width, 8), kCopyThreads), kCopyThreads, 0, stream>>>(src, idx, width, out,
+                                                                                                 vec);
+}
+
+void moe_combine(const float* y, const int* row_of, const int* sel, const float* w, const float* shared, int T, int K,
+                 int D, float* out, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  DI_CHECK(K > 0 && K <= kMaxTopK, "K = %d", K);
+  const bool vec = D % 4 == 0 && aligned(y, 16) && aligned(out, 16) && (shared == nullptr || aligned(shared, 16));
+  moe_combine_kernel<<<row_grid(T, ceil_div(D, 4), kEltThreads), kEltThreads, 0, stream>>>(y, row_of, sel, w, shared, K,
+                                                                                           D, out, vec);
+}
+
+void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t stream) {
+  if (n == 0) return;
+  to_bf16_kernel<<<cast_grid(n), kEltThreads, 0, stream>>>(x, n, y, aligned(x, 16) && aligned(y, 8));
+}
+
+void round_bf16(float* x, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  round_bf16_kernel<<<cast_grid(n), kEltThreads, 0, stream>>>(x, n, aligned(x, 16));
+}
+
+}  // namespace deepinfer::backend::cuda

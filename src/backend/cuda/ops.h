@@ -1,0 +1,88 @@
+// Token-wise ops of the CUDA backend (sm_90): embedding, RMSNorm, RoPE, mHC hyper-connections,
+// SwiGLU, MoE routing / permutation / combination, casts.
+//
+// Each op computes the same math as the CpuBackend op (or forward code) named in its comment, in
+// fp32, and is batch invariant: row m's result depends only on row m's inputs, with a fixed
+// reduction order chosen from the row width alone (never from M). Results need not be bitwise
+// equal to the CPU's (different summation trees, fused multiply-adds) but must be within fp32
+// rounding of it. All pointers are device pointers; every entry point is asynchronous on `stream`,
+// allocates nothing and never synchronizes. M (or T) may be 0 (no launch).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace deepinfer::backend::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// X[t, i, :] = fp32(table[tokens[t], :]) for each of the hc streams i. X: [T, hc, D].
+void embed(const int32_t* tokens, int T, const bf16* table, int D, int hc, float* X, cudaStream_t stream);
+
+// y[m, :] = x[m, :] * rsqrt(mean(x[m, :]^2) + eps) (* weight): CpuBackend::rms_norm. Writes y_f32
+// and/or y_bf16 (either may be null; y_f32 may alias x). Row stride n.
+void rms_norm(const float* x, int M, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16,
+              cudaStream_t stream);
+
+// In-place RoPE on the trailing rope_dim dims of each of `heads` vectors of width head_dim in row m
+// (row stride heads * head_dim), rotated by angle inv_freq[i] * pos[m] (pairs 2i, 2i + 1),
+// cos/sin scaled by attention_factor, by -angle when inverse: CpuBackend::rope. pos: [M] int64.
+void rope(float* x, int M, int heads, int head_dim, const int64_t* pos, const float* inv_freq, int rope_dim,
+          float attention_factor, bool inverse, cudaStream_t stream);
+
+// mHC pre-mix (CpuBackend::hc_pre): per token, xn = rmsnorm(X[m] as hc * D values, no weight,
+// norm_eps); mixes = fn . xn with fn [(2 + hc) * hc, hc * D] fp32; pre_i = sigmoid(mixes[i] *
+// scale[0] + base[i]) + hc_eps; post_i = 2 sigmoid(mixes[hc + i] * scale[1] + base[hc + i]); comb =
+// row softmax of (mixes[2hc + j hc + k] * scale[2] + base[...]) + hc_eps, then Sinkhorn (column
+// normalisation, then iters - 1 times row then column), dividing by (sum + hc_eps);
+// collapsed[m, d] = sum_i pre_i X[m, i, d]. Outputs: collapsed [M, D], post [M, hc], comb [M, hc, hc]
+// (comb[j][k]: input stream j -> output stream k). hc <= 8.
+void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* base, const float* scale, int iters,
+            float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, cudaStream_t stream);
+// X[m, k, d] <- post[m, k] * o[m, d] + sum_j comb[m, j, k] * X[m, j, d]  (in place; CpuBackend::hc_post).
+void hc_post(float* X, const float* o, int M, int hc, int D, const float* post, const float* comb,
+             cudaStream_t stream);
+// Final collapse for the rows that produce logits (CpuBackend::hc_head), reading X rows rows[r]
+// (device [R] ints, indices into X's token dimension): fn [hc, hc * D], base [hc], scale [1];
+// out [R, D].
+void hc_head(const float* X, const int* rows, int R, int hc, int D, const float* fn, const float* base,
+             const float* scale, float hc_eps, float norm_eps, float* out, cudaStream_t stream);
+
+// SwiGLU with clamp on a fused gate|up projection gu [M, 2 * inter] (columns [0, inter) = W1 x,
+// [inter, 2 inter) = W3 x): out[m, i] = bf16(silu(min(g, limit)) * clamp(u, -limit, limit)
+// (* row_weight[m] when non-null)). CpuBackend::swiglu_expert's middle step.
+void swiglu(const float* gu, int M, int inter, float limit, const float* row_weight, bf16* out, cudaStream_t stream);
+
+enum class Scoring { kSqrtSoftplus, kSigmoid, kSoftmax };
+
+// MoE routing (the forward's DeepSeekV4::moe, first half), per token t:
+//   s = score(logits[t, :E]) (sqrt(softplus) with softplus(x) = x for x > 20; sigmoid; softmax)
+//   hash routing (tid2eid != null, [vocab, K]): sel = tid2eid[tokens[t]]
+//   learned routing: sel = top-K of s + bias (ties to the lower expert id), in descending order
+//   w_k = s[sel_k] / (sum_k s[sel_k] + 1e-20) * routed_scale
+// sel, w: [T, K]. E <= 1024, K <= 16.
+void moe_route(const float* logits, int T, int E, int K, Scoring scoring, const float* bias, const int32_t* tid2eid,
+               const int32_t* tokens, float routed_scale, int* sel, float* w, cudaStream_t stream);
+
+// Buckets the T * K choices by expert, keeping token order inside a bucket (a stable counting
+// sort): row_offsets [E + 1], perm_token[i] = token of permuted row i, perm_weight[i] its routing
+// weight, row_of[t * K + k] = permuted row of choice (t, k). Deterministic.
+void moe_permute(const int* sel, const float* w, int T, int K, int E, int* row_offsets, int* perm_token,
+                 float* perm_weight, int* row_of, cudaStream_t stream);
+
+// out[r, :] = src[idx[r], :] for r < R (bf16 rows of `width`).
+void gather_rows(const bf16* src, const int* idx, int R, int width, bf16* out, cudaStream_t stream);
+
+// out[t, :] = sum over the token's K choices in ascending expert id of y[row_of[t, k], :]
+// (* w[t, k] when w != null), then + shared[t, :] when shared != null; fp32. y: [T * K, D].
+void moe_combine(const float* y, const int* row_of, const int* sel, const float* w, const float* shared, int T,
+                 int K, int D, float* out, cudaStream_t stream);
+
+// Casts and roundings.
+void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t stream);
+void round_bf16(float* x, size_t n, cudaStream_t stream);  // in place: x = fp32(bf16(x))
+
+}  // namespace deepinfer::backend::cuda

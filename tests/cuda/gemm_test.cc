@@ -1,0 +1,382 @@
+// CUDA bf16 GEMMs (backend/cuda/gemm.h) against a double-precision CPU reference, plus the batch
+// invariance the contract promises: a row's bits do not depend on M, on the tile configuration the
+// host picks from M, or on being a row of grouped_gemm. Skipped when no CUDA device is present.
+//
+// Tolerance: |y - ref| <= 2e-5 * sum_k |x[m,k] w[n,k]| (fp32 accumulation over <= 4104 terms of
+// random sign stays orders of magnitude below; a wrong fragment layout, k order or bounds check is
+// O(|ref|)), plus half a bf16 ulp of |ref| (2^-8 |ref|) for bf16 outputs.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/gemm.h"
+
+namespace deepinfer::backend::cuda {
+
+// Test hooks defined in gemm.cu (not part of gemm.h): run one tile configuration by index.
+namespace gemm_testing {
+int config_count();
+const char* config_name(int config);
+int slice_count(int N, int K);
+bool config_runs_as_is(int config, int N, int K);
+int auto_config(int M, int N, int K);
+void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream);
+void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream_t stream);
+void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                              const bf16* const* weights, int N, float* y, cudaStream_t stream);
+void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                              const bf16* const* weights, int N, bf16* y, cudaStream_t stream);
+}  // namespace gemm_testing
+
+namespace {
+
+constexpr int kAuto = -1;  // config index meaning "what gemm() picks"
+
+bool has_cuda_device() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define SKIP_WITHOUT_CUDA_DEVICE() \
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount)"
+
+// bf16 values are handled on the host as their bit patterns.
+float bf16_bits_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Random bf16 with random sign, magnitudes 2^-7 .. 2 (varied exponents make a wrong pairing of x
+// and w elements visible) and random mantissas. xorshift keeps 64M-element weights fast to build.
+std::vector<uint16_t> random_bf16(size_t count, uint64_t seed) {
+  std::vector<uint16_t> v(count);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  for (uint16_t& e : v) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    const uint32_t r = static_cast<uint32_t>(s >> 32);
+    const uint32_t sign = r & 1u, exponent = 120u + (r >> 1) % 8u, mantissa = (r >> 4) & 0x7Fu;
+    e = static_cast<uint16_t>((sign << 15) | (exponent << 7) | mantissa);
+  }
+  return v;
+}
+
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t count) : count_(count) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
+    ptr_ = static_cast<T*>(p);
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { (void)cudaFree(ptr_); }
+
+  T* get() const { return ptr_; }
+  void upload(const std::vector<T>& host) {
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+const bf16* as_bf16(const DeviceArray<uint16_t>& a) { return reinterpret_cast<const bf16*>(a.get()); }
+bf16* as_bf16(DeviceArray<uint16_t>& a) { return reinterpret_cast<bf16*>(a.get()); }
+
+// Output element types on the host side: float for fp32 output, uint16_t bits for bf16 output.
+template <class HostOut>
+constexpr bool kIsBf16 = std::is_same_v<HostOut, uint16_t>;
+
+template <class HostOut>
+float to_float(HostOut v) {
+  if constexpr (kIsBf16<HostOut>)
+    return bf16_bits_to_float(v);
+  else
+    return v;
+}
+
+template <class HostOut>
+auto device_out(DeviceArray<HostOut>& y) {
+  if constexpr (kIsBf16<HostOut>)
+    return as_bf16(y);
+  else
+    return y.get();
+}
+
+template <class HostOut>
+void run_gemm(int config, const DeviceArray<uint16_t>& x, size_t x_row, int M, int K, const DeviceArray<uint16_t>& w,
+              int N, DeviceArray<HostOut>& y) {
+  const bf16* xp = as_bf16(x) + x_row * static_cast<size_t>(K);
+  if (config == kAuto)
+    gemm(xp, M, K, as_bf16(w), N, device_out(y), nullptr);
+  else
+    gemm_testing::gemm_with_config(config, xp, M, K, as_bf16(w), N, device_out(y), nullptr);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Sentinel for output canaries: elements the GEMM must not write.
+template <class HostOut>
+HostOut canary() {
+  if constexpr (kIsBf16<HostOut>)
+    return 0x7FA5;  // a NaN pattern the kernel never produces
+  else
+    return -12345.5f;
+}
+
+// All of [0, count) when count <= keep_all_below, else the first and last `ends` and a few random.
+std::vector<int> sample_indices(int count, int keep_all_below, int ends, int random_count, uint64_t seed) {
+  std::vector<int> idx;
+  if (count <= keep_all_below) {
+    for (int i = 0; i < count; ++i) idx.push_back(i);
+    return idx;
+  }
+  for (int i = 0; i < ends; ++i) idx.push_back(i);
+  for (int i = count - ends; i < count; ++i) idx.push_back(i);
+  const std::vector<uint16_t> r = random_bf16(static_cast<size_t>(random_count), seed);
+  for (int i = 0; i < random_count; ++i) idx.push_back(static_cast<int>((r[i] * 2654435761u) % count));
+  return idx;
+}
+
+// Compares y[rows x cols] (row-major M x N, as floats) with the double-precision reference.
+void expect_matches_reference(const std::vector<uint16_t>& x, const std::vector<uint16_t>& w, int M, int N, int K,
+                              const std::vector<float>& y, bool bf16_output, const std::string& what) {
+  const std::vector<int> rows = sample_indices(M, 40, 4, 8, 11);
+  const std::vector<int> cols = sample_indices(N, 1024, 64, 256, 12);
+  std::vector<float> wf(static_cast<size_t>(K));
+  int bad = 0;
+  for (int n : cols) {
+    for (int k = 0; k < K; ++k) wf[k] = bf16_bits_to_float(w[static_cast<size_t>(n) * K + k]);
+    for (int m : rows) {
+      double ref = 0.0, mag = 0.0;
+      const uint16_t* xr = x.data() + static_cast<size_t>(m) * K;
+      for (int k = 0; k < K; ++k) {
+        const double p = static_cast<double>(bf16_bits_to_float(xr[k])) * wf[k];
+        ref += p;
+        mag += std::fabs(p);
+      }
+      const double got = y[static_cast<size_t>(m) * N + n];
+      const double tol = 2e-5 * mag + (bf16_output ? std::ldexp(std::fabs(ref), -8) : 0.0);
+      if (!(std::fabs(got - ref) <= tol) && ++bad <= 8)
+        ADD_FAILURE() << what << ": y[" << m << "," << n << "] = " << got << ", reference " << ref << " (tol " << tol
+                      << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+struct Shape {
+  int M, N, K;
+};
+
+void PrintTo(const Shape& s, std::ostream* os) { *os << "M=" << s.M << " N=" << s.N << " K=" << s.K; }
+
+class GemmCuda : public ::testing::TestWithParam<Shape> {};
+
+// gemm() and every forced tile configuration: within tolerance of the reference, bitwise equal to
+// each other, and nothing written past y[M, N].
+template <class HostOut>
+void check_shape(const Shape& s) {
+  const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(s.M) * s.K, 1000u + s.M * 7u + s.K);
+  const std::vector<uint16_t> w = random_bf16(static_cast<size_t>(s.N) * s.K, 2000u + s.N * 3u + s.K);
+  const DeviceArray<uint16_t> dx(x), dw(w);
+  const size_t out_count = static_cast<size_t>(s.M) * s.N, guard = 64;
+  DeviceArray<HostOut> dy(out_count + guard);
+  const std::vector<HostOut> fresh(out_count + guard, canary<HostOut>());
+  const std::string type = kIsBf16<HostOut> ? "bf16 out" : "fp32 out";
+
+  dy.upload(fresh);
+  run_gemm(kAuto, dx, 0, s.M, s.K, dw, s.N, dy);
+  const std::vector<HostOut> auto_out = dy.download();
+  for (size_t i = out_count; i < out_count + guard; ++i)
+    ASSERT_EQ(std::memcmp(&auto_out[i], &fresh[i], sizeof(HostOut)), 0) << type << ": wrote past y at " << i;
+  if (s.M == 0) return;
+  std::vector<float> y(out_count);
+  for (size_t i = 0; i < out_count; ++i) y[i] = to_float(auto_out[i]);
+  expect_matches_reference(x, w, s.M, s.N, s.K, y, kIsBf16<HostOut>,
+                           type + " auto (" + gemm_testing::config_name(gemm_testing::auto_config(s.M, s.N, s.K)) + ")");
+
+  for (int config = 0; config < gemm_testing::config_count(); ++config) {
+    if (!gemm_testing::config_runs_as_is(config, s.N, s.K)) continue;
+    dy.upload(fresh);
+    run_gemm(config, dx, 0, s.M, s.K, dw, s.N, dy);
+    const std::vector<HostOut> out = dy.download();
+    EXPECT_EQ(std::memcmp(out.data(), auto_out.data(), (out_count + guard) * sizeof(HostOut)), 0)
+        << type << ": config " << gemm_testing::config_name(config) << " differs from gemm() (slices "
+        << gemm_testing::slice_count(s.N, s.K) << ")";
+  }
+}
+
+TEST_P(GemmCuda, MatchesReferenceInEveryConfig) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_shape<float>(GetParam());
+  check_shape<uint16_t>(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmCuda,
+    ::testing::Values(
+        // Edge shapes: M = 0, odd M, N not a multiple of any tile, K not a multiple of 16 or of a slice.
+        Shape{0, 100, 64}, Shape{1, 1, 8}, Shape{3, 7, 24}, Shape{17, 100, 4104}, Shape{129, 1000, 24},
+        Shape{129, 7, 4104}, Shape{1, 1000, 4104}, Shape{17, 1, 4104}, Shape{3, 100, 8}, Shape{300, 100, 520},
+        // Real projection sizes (N x K) at decode and small-prefill M.
+        Shape{1, 1024, 4096}, Shape{8, 1024, 4096}, Shape{64, 512, 4096}, Shape{257, 1024, 4096},
+        Shape{1, 32768, 1024}, Shape{64, 8192, 1024}, Shape{8, 4096, 8192}, Shape{129, 4096, 2048},
+        Shape{600, 4096, 4096}, Shape{1, 129280, 256}),
+    [](const ::testing::TestParamInfo<Shape>& info) {
+      return "M" + std::to_string(info.param.M) + "_N" + std::to_string(info.param.N) + "_K" +
+             std::to_string(info.param.K);
+    });
+
+// Row r of an M = 2200 call == the same row computed alone (M = 1) == inside a mid-size call at
+// another offset, bitwise, for both output types. On 132 SMs, M = 2200 takes the 128-row configs
+// (register fold for N = 1024, 128x256 for N = 4096), M = 77 the 64-row cluster config and M = 1
+// the 16-row cluster config.
+template <class HostOut>
+void check_rows_independent_of_m(int N, int K) {
+  const int big_m = 2200, mid_m = 77, mid_offset = 450;
+  const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(big_m) * K, 31u + N + K);
+  const std::vector<uint16_t> w = random_bf16(static_cast<size_t>(N) * K, 32u + N + K);
+  const DeviceArray<uint16_t> dx(x), dw(w);
+  const std::string what = std::string(kIsBf16<HostOut> ? "bf16" : "fp32") + " N=" + std::to_string(N) +
+                           " K=" + std::to_string(K);
+  const size_t row_bytes = static_cast<size_t>(N) * sizeof(HostOut);
+
+  DeviceArray<HostOut> big(static_cast<size_t>(big_m) * N), mid(static_cast<size_t>(mid_m) * N), one(N);
+  run_gemm(kAuto, dx, 0, big_m, K, dw, N, big);
+  run_gemm(kAuto, dx, mid_offset, mid_m, K, dw, N, mid);
+  const std::vector<HostOut> big_out = big.download(), mid_out = mid.download();
+
+  // The reference check keeps the invariance comparison from passing on identically wrong results.
+  std::vector<float> big_f(big_out.size());
+  for (size_t i = 0; i < big_out.size(); ++i) big_f[i] = to_float(big_out[i]);
+  expect_matches_reference(x, w, big_m, N, K, big_f, kIsBf16<HostOut>, what + " M=2200");
+
+  for (int r : {0, 1, 63, 64, 127, 128, 449, 450, 500, 526, 527, 1000, 2198, 2199}) {
+    run_gemm(kAuto, dx, static_cast<size_t>(r), 1, K, dw, N, one);
+    const std::vector<HostOut> one_out = one.download();
+    EXPECT_EQ(std::memcmp(one_out.data(), big_out.data() + static_cast<size_t>(r) * N, row_bytes), 0)
+        << what << ": row " << r << " alone differs from the same row in M=2200";
+  }
+  for (int r = 0; r < mid_m; ++r)
+    EXPECT_EQ(std::memcmp(mid_out.data() + static_cast<size_t>(r) * N,
+                          big_out.data() + static_cast<size_t>(mid_offset + r) * N, row_bytes),
+              0)
+        << what << ": row " << mid_offset + r << " in M=77 differs from M=2200";
+}
+
+TEST(GemmCudaInvariance, RowsIndependentOfM) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto& [N, K] : std::vector<std::pair<int, int>>{{1024, 4096}, {4096, 1024}, {100, 4104}, {7, 24}}) {
+    check_rows_independent_of_m<float>(N, K);
+    check_rows_independent_of_m<uint16_t>(N, K);
+  }
+}
+
+// grouped_gemm rows == gemm() of that group's rows with that group's weight, bitwise; empty and
+// uneven groups; rows past row_offsets[G] (inside max_rows) untouched; every forced configuration.
+template <class HostOut>
+void check_grouped(const std::vector<int>& group_rows, int slack_rows, int N, int K) {
+  const int G = static_cast<int>(group_rows.size());
+  std::vector<int> offsets(G + 1, 0);
+  for (int g = 0; g < G; ++g) offsets[g + 1] = offsets[g] + group_rows[g];
+  const int rows = offsets[G], max_rows = rows + slack_rows;
+  const std::string what = std::string(kIsBf16<HostOut> ? "bf16" : "fp32") + " G=" + std::to_string(G) +
+                           " N=" + std::to_string(N) + " K=" + std::to_string(K);
+
+  const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(max_rows) * K, 77u + G + K);
+  const DeviceArray<uint16_t> dx(x);
+  const int distinct_weights = std::min(G, 5);  // groups share a few weights to keep the test fast
+  std::vector<std::unique_ptr<DeviceArray<uint16_t>>> dws;
+  for (int i = 0; i < distinct_weights; ++i)
+    dws.push_back(std::make_unique<DeviceArray<uint16_t>>(random_bf16(static_cast<size_t>(N) * K, 900u + i)));
+  std::vector<const bf16*> weight_ptrs(G);
+  for (int g = 0; g < G; ++g) weight_ptrs[g] = as_bf16(*dws[g % distinct_weights]);
+  DeviceArray<int> d_offsets(offsets);
+  DeviceArray<const bf16*> d_weights(weight_ptrs);
+
+  // Expected: one gemm() per non-empty group.
+  const size_t out_count = static_cast<size_t>(max_rows) * N;
+  const std::vector<HostOut> fresh(out_count, canary<HostOut>());
+  std::vector<HostOut> expected = fresh;
+  for (int g = 0; g < G; ++g) {
+    if (group_rows[g] == 0) continue;
+    DeviceArray<HostOut> part(static_cast<size_t>(group_rows[g]) * N);
+    run_gemm(kAuto, dx, static_cast<size_t>(offsets[g]), group_rows[g], K, *dws[g % distinct_weights], N, part);
+    const std::vector<HostOut> p = part.download();
+    std::copy(p.begin(), p.end(), expected.begin() + static_cast<size_t>(offsets[g]) * N);
+  }
+
+  DeviceArray<HostOut> dy(out_count);
+  for (int config = kAuto; config < gemm_testing::config_count(); ++config) {
+    if (config != kAuto && !gemm_testing::config_runs_as_is(config, N, K)) continue;
+    dy.upload(fresh);
+    if (config == kAuto)
+      grouped_gemm(as_bf16(dx), d_offsets.get(), G, max_rows, K, d_weights.get(), N, device_out(dy), nullptr);
+    else
+      gemm_testing::grouped_gemm_with_config(config, as_bf16(dx), d_offsets.get(), G, max_rows, K, d_weights.get(), N,
+                                             device_out(dy), nullptr);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<HostOut> got = dy.download();
+    const std::string name = config == kAuto ? "auto" : gemm_testing::config_name(config);
+    for (int g = 0; g < G; ++g)
+      for (int r = offsets[g]; r < offsets[g + 1]; ++r)
+        EXPECT_EQ(std::memcmp(&got[static_cast<size_t>(r) * N], &expected[static_cast<size_t>(r) * N],
+                              static_cast<size_t>(N) * sizeof(HostOut)),
+                  0)
+            << what << " config " << name << ": group " << g << " row " << r << " differs from gemm()";
+    EXPECT_EQ(std::memcmp(&got[static_cast<size_t>(rows) * N], &fresh[0],
+                          static_cast<size_t>(max_rows - rows) * N * sizeof(HostOut)),
+              0)
+        << what << " config " << name << ": wrote rows past row_offsets[G]";
+  }
+}
+
+TEST(GemmCudaGrouped, RowsMatchGemmBitwise) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<int> uneven = {5, 0, 37, 1, 0, 130, 16, 0};
+  for (const auto& [N, K] : std::vector<std::pair<int, int>>{{1024, 4096}, {4096, 1024}, {100, 4104}}) {
+    check_grouped<float>(uneven, 23, N, K);
+    check_grouped<uint16_t>(uneven, 23, N, K);
+  }
+  // MoE decode: one row per expert, 8 experts.
+  check_grouped<uint16_t>(std::vector<int>(8, 1), 0, 1024, 4096);
+  // Many groups (more than one scan pass of the CTA), most empty, last ones empty too.
+  std::vector<int> many(300, 0);
+  for (int g = 0; g < 290; g += 7) many[g] = 1 + g % 4;
+  check_grouped<float>(many, 5, 100, 520);
+  // A single group is an ordinary GEMM.
+  check_grouped<float>({600}, 0, 4096, 1024);
+}
+
+TEST(GemmCudaGrouped, AllEmptyWritesNothing) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_grouped<float>({0, 0, 0}, 40, 64, 128);
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda
