@@ -60,7 +60,8 @@ deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu)
 deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu src/backend/cuda/rms_norm.cu)
 
 # The V4 forward on the GPU (device weights, device state cache, step orchestration).
-deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/v4_kernels.cu)
+deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/v4_kernels.cu
+                    src/backend/cuda/release_kernels.cu)
 target_link_libraries(deepinfer_backend_cuda PUBLIC deepinfer_cuda_gemm deepinfer_cuda_attention deepinfer_cuda_ops
                                                     deepinfer_model)
 

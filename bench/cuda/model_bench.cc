@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
   opt.num_blocks = std::max(max_batch * dec_pages, pages_per_seq);
   opt.max_step_tokens = 8192;
   opt.max_logit_rows = std::max(max_batch, 1);
+  opt.max_model_len = max_ctx;
   const auto t0 = std::chrono::steady_clock::now();
   auto made = CudaModel::create_random(c, 1234, opt);
   if (!made.is_ok()) {

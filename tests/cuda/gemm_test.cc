@@ -252,9 +252,9 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Row r of an M = 2200 call == the same row computed alone (M = 1) == inside a mid-size call at
-// another offset, bitwise, for both output types. On 132 SMs, M = 2200 takes the 128-row configs
-// (register fold for N = 1024, 128x256 for N = 4096), M = 77 the 64-row cluster config and M = 1
-// the 16-row cluster config.
+// another offset, bitwise, for both output types. On 132 SMs, M = 2200 takes the 128x256 configs
+// (N = 1024, K = 4096: 4 slices, shared-memory fold; N = 4096, K = 1024: 1 slice), M = 77 the
+// 64-row cluster config and M = 1 the 16-row cluster config.
 template <class HostOut>
 void check_rows_independent_of_m(int N, int K) {
   const int big_m = 2200, mid_m = 77, mid_offset = 450;

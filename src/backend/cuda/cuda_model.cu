@@ -25,6 +25,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/release_kernels.h"
 #include "backend/cuda/v4_kernels.h"
 
 namespace deepinfer::backend::cuda {
@@ -72,6 +73,7 @@ class DeviceArena {
 struct DevMatrix {
   bf16* w = nullptr;
   int rows = 0, cols = 0;
+  bool quantized = false;  // FP8/FP4 in the checkpoint: release numerics quantize its input to FP8
 };
 
 struct DevCompressor {
@@ -94,6 +96,7 @@ struct DevLayer {
   DevMatrix wq_a, wq_b, wkv, wo_b;
   float *q_norm = nullptr, *kv_norm = nullptr, *sinks = nullptr;
   std::vector<DevMatrix> wo_a;  // o_groups x [o_lora, heads * head_dim / o_groups]
+  const bf16** wo_a_ptrs = nullptr;  // device array of the groups' weight pointers (one grouped GEMM)
   bool has_compressor = false, has_indexer = false;
   DevCompressor compressor, index_compressor;
   DevMatrix index_wq_b, index_weights_proj;
@@ -140,6 +143,7 @@ struct CudaModel::Impl {
   ModelConfig config;
   model::StateCacheShape shape;
   CudaModelOptions opt;
+  bool release = false;  // release numerics (model/numerics.h), else exact
   int max_model_len = 0;
   cudaStream_t stream = nullptr;
   DeviceArena weights_arena, cache_arena, work_arena;
@@ -159,6 +163,7 @@ struct CudaModel::Impl {
   // Activations, sized for opt.max_step_tokens tokens.
   float *X = nullptr, *collapsed = nullptr, *post = nullptr, *comb = nullptr, *sub_out = nullptr;
   bf16* normed = nullptr;
+  bf16* xq = nullptr;  // release: a GEMM input rounded through FP8 (blocks of 128)
   float *qr = nullptr, *q = nullptr, *kv = nullptr, *o = nullptr, *zo = nullptr;
   bf16 *qr_bf = nullptr, *q_bf = nullptr, *kv_bf = nullptr, *og = nullptr, *zo_bf = nullptr;
   float *comp_ab = nullptr, *fresh = nullptr;
@@ -182,9 +187,26 @@ struct CudaModel::Impl {
   uint8_t* meta_host = nullptr;
   uint8_t* meta_dev = nullptr;
   size_t meta_capacity = 0;
+  float* logits_host = nullptr;  // pinned [max_logit_rows, vocab]
+
+  // CUDA graphs of decode steps, per batch size. A graph bakes in buffer addresses: any
+  // reallocation bumps `epoch`, which retires the graphs recorded before it.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t epoch = 0;
+    size_t meta_bytes = 0;
+    bool warmed = false;  // one eager step of this size ran (kernels loaded, attributes set)
+  };
+  std::map<std::pair<int, int64_t>, Graph> graphs;  // (batch size, context bucket)
+  uint64_t epoch = 1;
+  bool graphs_broken = false;  // a capture failed once: run eagerly from then on
+  uint64_t replays = 0;
 
   ~Impl() {
+    for (auto& [b, g] : graphs)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
     if (meta_host) cudaFreeHost(meta_host);
+    if (logits_host) cudaFreeHost(logits_host);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -256,7 +278,13 @@ Status CudaModel::Impl::allocate(bool /*random_weights*/) {
     DI_RETURN_IF_ERROR(mat(L.wkv, hd, D));
     DI_RETURN_IF_ERROR(A.alloc(&L.kv_norm, static_cast<size_t>(hd)));
     L.wo_a.resize(G);
-    for (int g = 0; g < G; ++g) DI_RETURN_IF_ERROR(mat(L.wo_a[g], c.o_lora_rank, gw));
+    std::vector<const bf16*> pa(G);
+    for (int g = 0; g < G; ++g) {
+      DI_RETURN_IF_ERROR(mat(L.wo_a[g], c.o_lora_rank, gw));
+      pa[g] = L.wo_a[g].w;
+    }
+    DI_RETURN_IF_ERROR(A.alloc(&L.wo_a_ptrs, static_cast<size_t>(G)));
+    DI_CUDA_RETURN(cudaMemcpy(L.wo_a_ptrs, pa.data(), G * sizeof(bf16*), cudaMemcpyHostToDevice));
     DI_RETURN_IF_ERROR(mat(L.wo_b, D, G * c.o_lora_rank));
     DI_RETURN_IF_ERROR(A.alloc(&L.sinks, static_cast<size_t>(H)));
     const AttentionKind kind = c.layer_kinds[l];
@@ -344,6 +372,21 @@ Status put_compressor(const DevCompressor& d, const model::CompressorWeights& w)
 
 Status CudaModel::Impl::upload(const model::ModelWeights& w) {
   const ModelConfig& c = config;
+  for (int l = 0; l < c.num_layers; ++l) {  // which GEMMs release numerics quantize the input of
+    const model::LayerWeights& W = w.layers[l];
+    DevLayer& L = layers[l];
+    L.wq_a.quantized = W.wq_a.quantized;
+    L.wq_b.quantized = W.wq_b.quantized;
+    L.wkv.quantized = W.wkv.quantized;
+    L.wo_b.quantized = W.wo_b.quantized;
+    if (L.has_indexer) L.index_wq_b.quantized = W.indexer.wq_b.quantized;
+    if (!W.experts.empty()) {
+      L.w13[0].quantized = W.experts[0].w1.quantized;
+      L.w2[0].quantized = W.experts[0].w2.quantized;
+    }
+    L.shared_w13.quantized = W.shared.w1.quantized;
+    L.shared_w2.quantized = W.shared.w2.quantized;
+  }
   DI_RETURN_IF_ERROR(put_bf16(embed_table, w.embed.data.data(), w.embed.data.size()));
   DI_RETURN_IF_ERROR(put_matrix(head, w.head));
   DI_RETURN_IF_ERROR(put_f32(final_norm, w.norm));
@@ -471,6 +514,7 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_RETURN_IF_ERROR(A.alloc(&comb, T * hc * hc));
   DI_RETURN_IF_ERROR(A.alloc(&sub_out, T * D));
   DI_RETURN_IF_ERROR(A.alloc(&normed, T * D));
+  DI_RETURN_IF_ERROR(A.alloc(&xq, T * std::max({D, G * R, static_cast<size_t>(c.q_lora_rank), inter_s})));
   DI_RETURN_IF_ERROR(A.alloc(&qr, T * c.q_lora_rank));
   DI_RETURN_IF_ERROR(A.alloc(&qr_bf, T * c.q_lora_rank));
   DI_RETURN_IF_ERROR(A.alloc(&q, T * H * hd));
@@ -504,19 +548,19 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_RETURN_IF_ERROR(A.alloc(&head_in, LR * D));
   DI_RETURN_IF_ERROR(A.alloc(&head_in_bf, LR * D));
   DI_RETURN_IF_ERROR(A.alloc(&logits, LR * c.vocab_size));
+  DI_CUDA_RETURN(cudaMallocHost(&logits_host, LR * c.vocab_size * sizeof(float)));
   DI_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return Status::ok();
 }
 
 Status CudaModel::Impl::ensure_meta(size_t bytes) {
-  if (bytes <= meta_capacity) return Status::ok();
-  const size_t cap = std::max(bytes, meta_capacity * 2);
+  if (bytes <= meta_capacity && meta_host) return Status::ok();
+  void* d = meta_dev;
+  DI_RETURN_IF_ERROR(ensure_capacity(&d, &meta_capacity, bytes));  // synchronizes: the old host copy is idle
+  meta_dev = static_cast<uint8_t*>(d);
   if (meta_host) cudaFreeHost(meta_host);
   meta_host = nullptr;
-  DI_CUDA_RETURN(cudaMallocHost(&meta_host, cap));
-  void* d = nullptr;
-  DI_RETURN_IF_ERROR(ensure_capacity(&d, &meta_capacity, cap));
-  meta_dev = static_cast<uint8_t*>(d);
+  DI_CUDA_RETURN(cudaMallocHost(&meta_host, meta_capacity));  // same size as the device copy
   return Status::ok();
 }
 
@@ -524,11 +568,12 @@ Status CudaModel::Impl::ensure_meta(size_t bytes) {
 // after the stream has drained, since earlier launches may still read it.
 Status CudaModel::Impl::ensure_capacity(void** ptr, size_t* capacity, size_t bytes) {
   if (bytes <= *capacity && *ptr) return Status::ok();
+  ++epoch;
   DI_CUDA_RETURN(cudaStreamSynchronize(stream));
   if (*ptr) cudaFree(*ptr);
   *ptr = nullptr;
   *capacity = 0;
-  const size_t cap = std::max<size_t>(bytes, 256);
+  const size_t cap = std::max<size_t>({bytes, 256, *capacity + *capacity / 2});  // headroom: fewer regrowths
   DI_CUDA_RETURN(cudaMalloc(ptr, cap));
   *capacity = cap;
   return Status::ok();
@@ -593,6 +638,33 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   logits_out->assign(static_cast<size_t>(NR) * c.vocab_size, 0.0f);
   if (T == 0) return Status::ok();
 
+  // A decode step (one token per sequence, last-row logits) runs with every list padded to a fixed
+  // length and every grid sized from fixed bounds, so that a CUDA graph recorded once per batch
+  // size replays for any positions. Kernels skip the padding (v4_kernels.h); bounds change which
+  // CTA computes a value, never its arithmetic (attention.h), so padded and unpadded steps agree bit
+  // for bit.
+  bool padded = opt.cuda_graphs && !graphs_broken && S <= opt.max_graph_batch;
+  for (size_t i = 0; i < batch.size() && padded; ++i)
+    padded = batch[i].tokens.size() == 1 && batch[i].logits == model::LogitRows::kLast;
+  const int max_pages = shape.page_bytes > 0 ? (max_model_len + shape.block_size - 1) / shape.block_size : 0;
+  if (padded) {  // fixed-stride block tables
+    block_tables.assign(static_cast<size_t>(S) * max_pages, 0);
+    for (int i = 0; i < S; ++i) {
+      const auto& bt = batch[i].block_table;
+      std::copy(bt.begin(), bt.begin() + std::min<size_t>(bt.size(), max_pages), block_tables.begin() + i * max_pages);
+      seqs[i].bt_begin = i * max_pages;
+    }
+  }
+  // Longest compressed-row list a query can have, for fixed grids: from the batch's context bucket
+  // (the next power of two >= its furthest position, at least 1024, at most max_model_len), so a
+  // graph serves every step until a sequence crosses into the next bucket.
+  int64_t furthest = 0;
+  for (const SeqMeta& sm : seqs) furthest = std::max<int64_t>(furthest, sm.start + sm.count);
+  int64_t bucket = 1024;
+  while (bucket < furthest) bucket *= 2;
+  bucket = std::min<int64_t>(bucket, max_model_len);
+  auto bound_keys = [&](int ratio) { return std::max(1, static_cast<int>(bucket / ratio)); };
+
   // --- Position-only bookkeeping: row counts per attention kind, compressor rows per ratio.
   const int W = c.sliding_window;
   std::map<std::pair<int, int>, RowPlan> row_plans;  // (kind, ratio)
@@ -614,6 +686,10 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
       rp.max_rows = std::max(rp.max_rows, n);
       rp.row_begin[t + 1] = rp.row_begin[t] + n;
     }
+    if (padded)
+      rp.max_rows = W + (kind == AttentionKind::kHca   ? bound_keys(ratio)
+                         : kind == AttentionKind::kCsa ? std::min(bound_keys(ratio), c.index_topk)
+                                                       : 0);
   }
   for (auto& [ratio, cp] : comp_plans) {
     cp.key_seq_begin.resize(S);
@@ -638,6 +714,14 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
       cp.num_keys[t] = static_cast<int>((pos[t] + 1) / ratio);
       cp.max_keys = std::max(cp.max_keys, cp.num_keys[t]);
     }
+    if (padded) {  // one token per sequence closes at most one row and leaves at most one open
+      cp.rows.resize(S, NewRow{-1, 0});
+      cp.row_pos.resize(S, 0);
+      cp.closed_seqs.resize(S, -1);
+      cp.open_tokens.resize(S, -1);
+      cp.max_keys = cp.max_keys_per_seq = bound_keys(ratio);
+      cp.total_keys = S * bound_keys(ratio);
+    }
   }
   std::vector<int32_t> ring_tokens;  // each sequence's newest W tokens: stored in the ring after attention
   for (const SeqMeta& sm : seqs)
@@ -648,6 +732,10 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   const size_t off_tokens = ml.add(T * 4), off_seq = ml.add(T * 4), off_pos = ml.add(T * 8);
   const size_t off_seqs = ml.add(S * sizeof(SeqMeta)), off_bt = ml.add(block_tables.size() * 4);
   const size_t off_ring = ml.add(ring_tokens.size() * 4), off_lrows = ml.add(std::max(NR, 1) * 4);
+  // Row offsets of the grouped output projection: group g owns rows [g T, (g + 1) T) of og.
+  std::vector<int32_t> group_rows(static_cast<size_t>(c.o_groups) + 1);
+  for (int g = 0; g <= c.o_groups; ++g) group_rows[g] = g * T;
+  const size_t off_groups = ml.add(group_rows.size() * 4);
   for (auto& [key, rp] : row_plans) rp.off = ml.add((static_cast<size_t>(T) + 1) * 4);
   for (auto& [ratio, cp] : comp_plans) {
     cp.off_rows = ml.add(cp.rows.size() * sizeof(NewRow));
@@ -669,6 +757,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   put(off_bt, block_tables.data(), block_tables.size() * 4);
   put(off_ring, ring_tokens.data(), ring_tokens.size() * 4);
   put(off_lrows, logit_rows.data(), NR * 4);
+  put(off_groups, group_rows.data(), group_rows.size() * 4);
   for (auto& [key, rp] : row_plans) put(rp.off, rp.row_begin.data(), rp.row_begin.size() * 4);
   for (auto& [ratio, cp] : comp_plans) {
     put(cp.off_rows, cp.rows.data(), cp.rows.size() * sizeof(NewRow));
@@ -679,13 +768,11 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     put(cp.off_kbegin, cp.key_begin.data(), static_cast<size_t>(T) * 4);
     put(cp.off_nkeys, cp.num_keys.data(), static_cast<size_t>(T) * 4);
   }
-  DI_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, ml.bytes, cudaMemcpyHostToDevice, s));
-
   // --- Step-sized work buffers.
   size_t max_rows_total = 0;
   int max_rows = 0;
   for (auto& [key, rp] : row_plans) {
-    max_rows_total = std::max(max_rows_total, static_cast<size_t>(rp.row_begin[T]));
+    max_rows_total = std::max(max_rows_total, padded ? static_cast<size_t>(T) * rp.max_rows : static_cast<size_t>(rp.row_begin[T]));
     max_rows = std::max(max_rows, rp.max_rows);
   }
   size_t max_keys_total = 0, max_scores = 0, max_fresh = 0;
@@ -706,6 +793,10 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   if (c.index_topk > 0)
     DI_RETURN_IF_ERROR(ensure_capacity(&topk_ws, &topk_ws_bytes, topk_workspace_bytes(T, std::max(max_keys, 1), c.index_topk)));
 
+  // Everything from here to the logits copy is launches only (no allocation, no synchronization),
+  // so it can be recorded into a CUDA graph.
+  auto enqueue = [&]() {
+  cudaMemcpyAsync(meta_dev, meta_host, ml.bytes, cudaMemcpyHostToDevice, s);
   StepView st;
   st.T = T;
   st.S = S;
@@ -723,7 +814,19 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   // --- The forward (DeepSeekV4::forward).
   const int D = c.hidden_size, hc = c.hc_mult, H = c.num_heads, hd = c.head_dim, rd = c.rope_head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
+  // Release numerics (DeepSeekV4's bf() and Lin::kQuantized): bf16 rounding where the official
+  // code keeps bf16, FP8 rounding of the input of every GEMM whose weight was FP8/FP4.
+  const bool rel = release;
+  auto rb = [&](float* x, size_t n) {
+    if (rel) round_bf16(x, n, s);
+  };
+  auto qin = [&](const bf16* x, int M, int K, const DevMatrix& W) -> const bf16* {
+    if (!rel || !W.quantized) return x;
+    fp8_round_trip_rows(x, M, K, xq, s);
+    return xq;
+  };
   embed(d_tokens, T, embed_table, D, hc, X, s);
+  rb(X, static_cast<size_t>(T) * hc * D);
   for (int l = 0; l < c.num_layers; ++l) {
     const DevLayer& L = layers[l];
     const model::LayerCacheLayout& CL = shape.layers[l];
@@ -735,22 +838,31 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     // Attention block: mHC pre, norm, attention (DeepSeekV4::attention), mHC post.
     hc_pre(X, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
            post, comb, s);
+    rb(collapsed, static_cast<size_t>(T) * D);
     rms_norm(collapsed, T, D, L.attn_norm, eps, nullptr, normed, s);
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
-    gemm(normed, T, D, L.wq_a.w, c.q_lora_rank, qr, s);
+    gemm(qin(normed, T, D, L.wq_a), T, D, L.wq_a.w, c.q_lora_rank, qr, s);
+    rb(qr, static_cast<size_t>(T) * c.q_lora_rank);
     rms_norm(qr, T, c.q_lora_rank, L.q_norm, eps, nullptr, qr_bf, s);
-    gemm(qr_bf, T, c.q_lora_rank, L.wq_b.w, H * hd, q, s);
-    rms_norm(q, T * H, hd, nullptr, eps, q, nullptr, s);
+    gemm(qin(qr_bf, T, c.q_lora_rank, L.wq_b), T, c.q_lora_rank, L.wq_b.w, H * hd, q, s);
+    if (rel) {
+      round_bf16(q, static_cast<size_t>(T) * H * hd, s);
+      q_head_norm_release(q, T * H, hd, eps, s);
+    } else {
+      rms_norm(q, T * H, hd, nullptr, eps, q, nullptr, s);
+    }
     rope(q, T, H, hd, st.pos, rope_t, rd, rope_f, false, s);
     to_bf16(q, static_cast<size_t>(T) * H * hd, q_bf, s);
     // The shared KV head.
-    gemm(normed, T, D, L.wkv.w, hd, kv, s);
+    gemm(qin(normed, T, D, L.wkv), T, D, L.wkv.w, hd, kv, s);
+    rb(kv, static_cast<size_t>(T) * hd);
     rms_norm(kv, T, hd, L.kv_norm, eps, kv, nullptr, s);
+    rb(kv, static_cast<size_t>(T) * hd);
     rope(kv, T, 1, hd, st.pos, rope_t, rd, rope_f, false, s);
     to_bf16(kv, static_cast<size_t>(T) * hd, kv_bf, s);
     // Compressed rows of windows that close in this step (DeepSeekV4::compress).
     auto run_compressor = [&](const DevCompressor& dc, const model::CompressorSlotLayout& sl, const CompressPlan& cp,
-                              size_t page_offset, int dims) {
+                              size_t page_offset, int dims, bool index_key) {
       CompressorView cv;
       cv.ab = comp_ab;
       cv.ape = dc.ape;
@@ -769,28 +881,52 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
       compress_update(st, cv, meta_ptr<int32_t>(cp.off_closed), static_cast<int>(cp.closed_seqs.size()),
                       meta_ptr<int32_t>(cp.off_open), static_cast<int>(cp.open_tokens.size()), s);
       if (R == 0) return;
+      const size_t n = static_cast<size_t>(R) * dims;
+      rb(fresh, n);
       rms_norm(fresh, R, dims, dc.norm, eps, fresh, nullptr, s);
+      rb(fresh, n);
       rope(fresh, R, 1, dims, meta_ptr<int64_t>(cp.off_pos), rope_compress, rd, rope_compress_factor, false, s);
+      if (index_key && rel) {  // indexer keys are Hadamard-rotated under release numerics
+        round_bf16(fresh, n, s);
+        hadamard_rows_bf16(fresh, R, dims, 1.0f / std::sqrt(static_cast<float>(dims)), s);
+      }
       store_page_rows(st, d_rows, R, fresh, dims, page_offset, CL.rows_per_page, s);
     };
     const int* sel = nullptr;
     if (L.has_compressor) {
       const CompressPlan& cp = comp_plans.at(ratio);
-      run_compressor(L.compressor, CL.compressor, cp, CL.rows, hd);
+      run_compressor(L.compressor, CL.compressor, cp, CL.rows, hd, false);
       if (L.has_indexer) {
         // Lightning indexer: keys from its own compressor, queries from qr, top-k per query.
         const int nI = c.index_n_heads, ih = c.index_head_dim;
-        run_compressor(L.index_compressor, CL.index_compressor, cp, CL.index_keys, ih);
-        gemm(qr_bf, T, c.q_lora_rank, L.index_wq_b.w, nI * ih, qi, s);
+        run_compressor(L.index_compressor, CL.index_compressor, cp, CL.index_keys, ih, true);
+        gemm(qin(qr_bf, T, c.q_lora_rank, L.index_wq_b), T, c.q_lora_rank, L.index_wq_b.w, nI * ih, qi, s);
+        const size_t nq = static_cast<size_t>(T) * nI * ih;
+        rb(qi, nq);
         rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, s);
-        to_bf16(qi, static_cast<size_t>(T) * nI * ih, qi_bf, s);
+        if (rel) {  // rotated like the keys
+          round_bf16(qi, nq, s);
+          hadamard_rows_bf16(qi, T * nI, ih, 1.0f / std::sqrt(static_cast<float>(ih)), s);
+        }
+        to_bf16(qi, nq, qi_bf, s);
         gemm(normed, T, D, L.index_weights_proj.w, nI, wts, s);
-        scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), s);
+        if (rel) {  // both scales folded into the weights, in bf16 (the official code's order)
+          round_bf16(wts, static_cast<size_t>(T) * nI, s);
+          scale_rows(wts, static_cast<size_t>(T) * nI,
+                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(ih)) / std::sqrt(static_cast<double>(nI))), s);
+          round_bf16(wts, static_cast<size_t>(T) * nI, s);
+        } else {
+          scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), s);
+        }
         fill_key_rows(st, meta_ptr<int>(cp.off_kseq), cp.max_keys_per_seq, ratio, CL.index_keys, CL.rows_per_page, ih,
                       keys, s);
         const int stride = std::max(cp.max_keys, 1);
-        indexer_scores(qi_bf, wts, T, nI, ih, keys, meta_ptr<int>(cp.off_kbegin), meta_ptr<int>(cp.off_nkeys),
-                       cp.max_keys, 1.0f / std::sqrt(static_cast<float>(ih)), scores, stride, s);
+        if (rel)
+          indexer_scores_release(qi_bf, wts, T, nI, ih, keys, meta_ptr<int>(cp.off_kbegin), meta_ptr<int>(cp.off_nkeys),
+                                 cp.max_keys, scores, stride, s);
+        else
+          indexer_scores(qi_bf, wts, T, nI, ih, keys, meta_ptr<int>(cp.off_kbegin), meta_ptr<int>(cp.off_nkeys),
+                         cp.max_keys, 1.0f / std::sqrt(static_cast<float>(ih)), scores, stride, s);
         topk_select(scores, T, stride, meta_ptr<int>(cp.off_nkeys), std::max(cp.max_keys, 1), c.index_topk, selected,
                     nullptr, topk_ws, s);
         sel = selected;
@@ -804,19 +940,22 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     // Every query has read the ring: store each sequence's newest rows in it.
     store_ring(st, meta_ptr<int32_t>(off_ring), static_cast<int>(ring_tokens.size()), kv_bf, hd, CL.window, s);
     // V carried RoPE: rotate the output back by the query position.
+    rb(o, static_cast<size_t>(T) * H * hd);
     rope(o, T, H, hd, st.pos, rope_t, rd, rope_f, true, s);
     // Grouped low-rank output projection.
     const int G = c.o_groups, gw = H * hd / G, OR = c.o_lora_rank;
     split_groups(o, T, G, gw, og, s);
-    for (int g = 0; g < G; ++g)
-      gemm(og + static_cast<size_t>(g) * T * gw, T, gw, L.wo_a[g].w, OR, zo + static_cast<size_t>(g) * T * OR, s);
+    grouped_gemm(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a_ptrs, OR, zo, s);
     merge_groups(zo, T, G, OR, zo_bf, s);
-    gemm(zo_bf, T, G * OR, L.wo_b.w, D, sub_out, s);
+    gemm(qin(zo_bf, T, G * OR, L.wo_b), T, G * OR, L.wo_b.w, D, sub_out, s);
+    rb(sub_out, static_cast<size_t>(T) * D);
     hc_post(X, sub_out, T, hc, D, post, comb, s);
+    rb(X, static_cast<size_t>(T) * hc * D);
 
     // MoE block (DeepSeekV4::moe).
     hc_pre(X, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post,
            comb, s);
+    rb(collapsed, static_cast<size_t>(T) * D);
     rms_norm(collapsed, T, D, L.ffn_norm, eps, nullptr, normed, s);
     const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
     const int inter_s = c.shared_intermediate();
@@ -828,26 +967,87 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     moe_route(gate_logits, T, E, K, scoring, L.gate_bias, L.tid2eid, d_tokens,
               static_cast<float>(c.routed_scaling_factor), route_sel, route_w, s);
     moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
-    gather_rows(normed, perm_token, T * K, D, xin, s);
-    grouped_gemm(xin, offsets, E, T * K, D, L.w13_ptrs, 2 * inter, gu, s);
-    swiglu(gu, T * K, inter, limit, nullptr, h, s);
-    grouped_gemm(h, offsets, E, T * K, inter, L.w2_ptrs, D, y, s);
-    gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
-    swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
-    gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
-    moe_combine(y, row_of, route_sel, route_w, ys, T, K, D, sub_out, s);
+    if (!rel) {
+      gather_rows(normed, perm_token, T * K, D, xin, s);
+      grouped_gemm(xin, offsets, E, T * K, D, L.w13_ptrs, 2 * inter, gu, s);
+      swiglu(gu, T * K, inter, limit, nullptr, h, s);
+      grouped_gemm(h, offsets, E, T * K, inter, L.w2_ptrs, D, y, s);
+      gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
+      swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
+      gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
+      moe_combine(y, row_of, route_sel, route_w, ys, T, K, D, sub_out, s);
+    } else {
+      // The official expert: FP8 inputs, bf16 w1/w3 outputs, the routing weight applied before w2
+      // (fp32, then bf16), bf16 w2 output; routed outputs summed in fp32 with the shared expert's,
+      // rounded once.
+      const bf16* xe = qin(normed, T, D, L.w13[0]);
+      gather_rows(xe, perm_token, T * K, D, xin, s);
+      grouped_gemm(xin, offsets, E, T * K, D, L.w13_ptrs, 2 * inter, gu, s);
+      round_bf16(gu, static_cast<size_t>(T) * K * 2 * inter, s);
+      swiglu(gu, T * K, inter, limit, perm_w, h, s);
+      if (L.w2[0].quantized) fp8_round_trip_rows(h, T * K, inter, h, s);
+      grouped_gemm(h, offsets, E, T * K, inter, L.w2_ptrs, D, y, s);
+      round_bf16(y, static_cast<size_t>(T) * K * D, s);
+      gemm(qin(normed, T, D, L.shared_w13), T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
+      round_bf16(gu_s, static_cast<size_t>(T) * 2 * inter_s, s);
+      swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
+      if (L.shared_w2.quantized) fp8_round_trip_rows(h_s, T, inter_s, h_s, s);
+      gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
+      round_bf16(ys, static_cast<size_t>(T) * D, s);
+      moe_combine(y, row_of, route_sel, nullptr, ys, T, K, D, sub_out, s);
+      round_bf16(sub_out, static_cast<size_t>(T) * D, s);
+    }
     hc_post(X, sub_out, T, hc, D, post, comb, s);
+    rb(X, static_cast<size_t>(T) * hc * D);
   }
   // Head: only the rows that produce logits.
   if (NR > 0) {
     hc_head(X, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in, s);
+    rb(head_in, static_cast<size_t>(NR) * D);
     rms_norm(head_in, NR, D, final_norm, eps, nullptr, head_in_bf, s);
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
-    DI_CUDA_RETURN(cudaMemcpyAsync(logits_out->data(), logits, static_cast<size_t>(NR) * c.vocab_size * sizeof(float),
-                                   cudaMemcpyDeviceToHost, s));
+    cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(NR) * c.vocab_size * sizeof(float), cudaMemcpyDeviceToHost,
+                    s);
   }
+  };  // enqueue
+
+  bool ran = false;
+  if (padded) {
+    Graph& g = graphs[{S, bucket}];
+    if (!g.warmed) {
+      g.warmed = true;  // the first step of this size runs eagerly
+    } else {
+      if (!g.exec || g.epoch != epoch || g.meta_bytes != ml.bytes) {
+        if (g.exec) cudaGraphExecDestroy(g.exec);
+        g.exec = nullptr;
+        cudaGraph_t graph = nullptr;
+        bool ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+        if (ok) {
+          enqueue();
+          ok = cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr;
+        }
+        ok = ok && cudaGraphInstantiate(&g.exec, graph, 0) == cudaSuccess;
+        if (graph) cudaGraphDestroy(graph);
+        if (!ok) {  // run eagerly from now on; clear the capture's error state
+          graphs_broken = true;
+          g.exec = nullptr;
+          cudaGetLastError();
+        }
+        g.epoch = epoch;
+        g.meta_bytes = ml.bytes;
+      }
+      if (g.exec) {
+        DI_CUDA_RETURN(cudaGraphLaunch(g.exec, s));
+        ran = true;
+        ++replays;
+      }
+    }
+  }
+  if (!ran) enqueue();
   DI_CUDA_RETURN(cudaStreamSynchronize(s));
-  return cuda_status(cudaGetLastError(), "the forward's kernels");
+  DI_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "the forward's kernels"));
+  std::memcpy(logits_out->data(), logits_host, static_cast<size_t>(NR) * c.vocab_size * sizeof(float));
+  return Status::ok();
 }
 
 // --- CudaModel ------------------------------------------------------------------------------
@@ -868,7 +1068,10 @@ Result<std::unique_ptr<CudaModel::Impl>> make_impl(const ModelConfig& config, co
   impl->opt = options;
   const int block = options.block_size > 0 ? options.block_size : model::default_block_size(config);
   DI_ASSIGN_OR_RETURN(impl->shape, model::make_state_cache_shape(config, block, model::KvCacheDtype::kBF16));
-  impl->max_model_len = impl->shape.page_bytes > 0 ? options.num_blocks * block : config.max_position_embeddings;
+  const int64_t capacity = impl->shape.page_bytes > 0 ? static_cast<int64_t>(options.num_blocks) * block
+                                                      : config.max_position_embeddings;
+  impl->max_model_len = static_cast<int>(std::min<int64_t>(capacity, config.max_position_embeddings));
+  if (options.max_model_len > 0) impl->max_model_len = static_cast<int>(std::min<int64_t>(capacity, options.max_model_len));
   return Result<std::unique_ptr<CudaModel::Impl>>(std::move(impl));
 }
 
@@ -876,9 +1079,8 @@ Result<std::unique_ptr<CudaModel::Impl>> make_impl(const ModelConfig& config, co
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config, const model::ModelWeights& weights,
                                                      model::Numerics numerics, const CudaModelOptions& options) {
-  if (numerics != model::Numerics::kExact)
-    return Status::unsupported("the CUDA backend implements exact numerics only (release numerics: not yet)");
   DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options));
+  impl->release = numerics == model::Numerics::kRelease;
   DI_RETURN_IF_ERROR(impl->allocate_cache_and_work());
   DI_RETURN_IF_ERROR(impl->allocate(false));
   DI_RETURN_IF_ERROR(impl->upload(weights));
@@ -907,5 +1109,6 @@ void CudaModel::reset_slot(int slot) {
 const ModelConfig& CudaModel::config() const { return impl_->config; }
 const model::StateCacheShape& CudaModel::cache_shape() const { return impl_->shape; }
 size_t CudaModel::weight_bytes() const { return impl_->weights_arena.bytes(); }
+uint64_t CudaModel::graph_replays() const { return impl_->replays; }
 
 }  // namespace deepinfer::backend::cuda

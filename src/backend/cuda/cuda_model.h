@@ -33,7 +33,15 @@ struct CudaModelOptions {
   int num_blocks = 64;       // pages of block_size positions
   int block_size = 0;        // 0: model::default_block_size
   int max_step_tokens = 8192;  // most tokens one forward() may carry (sizes the activation buffers)
+  // Longest sequence (positions): bounds the row lists of padded decode steps. 0: the smaller of the
+  // pages' capacity (num_blocks * block_size) and the config's max_position_embeddings.
+  int max_model_len = 0;
   int max_logit_rows = 256;    // most logits rows one forward() may return
+  // Decode steps (every sequence one token, last-row logits) of up to max_graph_batch sequences run
+  // as a CUDA graph per batch size: recorded on the second step of that size, replayed after, with
+  // launch parameters padded to fixed bounds so one graph serves every step of that size.
+  bool cuda_graphs = true;
+  int max_graph_batch = 256;
 };
 
 class CudaModel {
@@ -62,6 +70,8 @@ class CudaModel {
   const model::ModelConfig& config() const;
   const model::StateCacheShape& cache_shape() const;
   size_t weight_bytes() const;  // device bytes of the weights
+  // Decode steps that ran as a CUDA graph replay so far (observability, tests).
+  uint64_t graph_replays() const;
 
   struct Impl;
 

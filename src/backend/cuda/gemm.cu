@@ -15,6 +15,8 @@
 //      - kClusterDsmem: the S CTAs of a thread-block cluster each run one slice; rank 0..S-1
 //        partials are summed through distributed shared memory in rank order (small M: S times
 //        more CTAs stream the weights in parallel, and each dependent mma chain is S times shorter);
+//      - kSmemFold: the register fold with the running total kept in shared memory (big tiles whose
+//        accumulators leave no registers for a second copy);
 //      - kNone: only for plans with S == 1.
 //  * An mma output element depends only on its own A row, B column and accumulator, so a row's
 //    position inside a tile, the zero padding of rows past M (or past a group's end) and of
@@ -51,7 +53,14 @@ struct SlicePlan {
 
 SlicePlan plan_slices(int N, int K) {
   const int num_chunks = (K + kChunkK - 1) / kChunkK;
-  const int target = N >= 4096 ? 1 : N >= 2048 ? 2 : N > 1024 ? 4 : 8;
+  // Decode (M <= 16) runs one CTA per (32-column tile, slice): aim for >= 512 CTAs (about 4 per SM
+  // of a 132-SM part) so enough weight bytes are in flight, with at least 64 chunks (1024 k, 8 k-tiles
+  // of the decode config) per slice so each CTA's fixed costs stay small. E.g. K = 4096: N = 4096 -> 4
+  // slices, N <= 2048 -> 4, N >= 8192 -> 1; K = 8192, N = 4096 -> 4; K = 2048, N = 4096 -> 2.
+  const long long column_tiles = (static_cast<long long>(N) + 31) / 32;
+  int target = 1;
+  while (target < 8 && column_tiles * target < 512) target *= 2;
+  target = std::max(1, std::min(target, num_chunks / 64));
   const int per_slice = (num_chunks + target - 1) / target;
   const int slice_chunks = std::max(16, (per_slice + 15) / 16 * 16);
   const int num_slices = std::max(1, (num_chunks + slice_chunks - 1) / slice_chunks);
@@ -93,7 +102,8 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t 
 // slot c ^ swizzle(r), so the 8 rows an ldmatrix phase reads hit 8 distinct 16-byte bank groups.
 template <int kVecsPerRow>
 __device__ __forceinline__ uint32_t tile_offset(int row, int vec) {
-  static_assert(kVecsPerRow == 4 || kVecsPerRow == 8 || kVecsPerRow == 16, "BK must be 32, 64 or 128");
+  static_assert(kVecsPerRow == 4 || kVecsPerRow == 8 || kVecsPerRow == 16 || kVecsPerRow == 32,
+                "BK must be 32, 64, 128 or 256");
   const int swizzle = kVecsPerRow >= 8 ? (row & 7) : ((row >> 1) & 3);
   return static_cast<uint32_t>((row * kVecsPerRow + (vec ^ swizzle)) * 16);
 }
@@ -111,7 +121,7 @@ __device__ __forceinline__ void store_four(bf16* p, float4 v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-enum class SliceReduction { kClusterDsmem, kRegisterFold, kNone };
+enum class SliceReduction { kClusterDsmem, kRegisterFold, kSmemFold, kNone };
 
 template <int BM_, int BN_, int BK_, int kWarpsM_, int kWarpsN_, int kStages_, int kMinBlocks_, SliceReduction kReduction_>
 struct TileConfig {
@@ -127,24 +137,37 @@ struct TileConfig {
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kPartialStride = BN + 8;  // floats; +8 keeps half-warp float2 stores conflict-free
   static constexpr int kPartialBytes = kReduction == SliceReduction::kClusterDsmem ? BM * kPartialStride * 4 : 0;
-  static constexpr int kSmemBytes = std::max(kStages * kStageBytes, kPartialBytes);
+  static constexpr int kPipelineBytes = kStages * kStageBytes;
+  static constexpr int kTotalBytes = kReduction == SliceReduction::kSmemFold ? BM * BN * 4 : 0;  // after the stages
+  static constexpr int kSmemBytes = std::max(kPipelineBytes + kTotalBytes, kPartialBytes);
   static_assert(kWarpM % 16 == 0 && kWarpN % 8 == 0 && (kMmaN == 1 || kMmaN % 2 == 0), "warp tile shape");
   static_assert(16 % kChunksPerTile == 0, "a k-tile must never straddle a slice (slice_chunks % 16 == 0)");
   static_assert(BN % 4 == 0 && kStages >= 2, "tile shape");
+  static_assert((BM * kVecsPerRow) % kThreads == 0 && (BN * kVecsPerRow) % kThreads == 0, "even tile loads");
 };
 
 // Decode (M <= 16): 32 columns per CTA, deep pipeline of wide k-tiles to keep weight bytes in flight.
 using CfgM16N32 = TileConfig<16, 32, 128, 1, 4, 8, 2, SliceReduction::kClusterDsmem>;
+// Decode alternatives (timed by the bench's --configs): 512-byte row segments per stage; 4 CTAs per SM.
+using CfgM16N32K256 = TileConfig<16, 32, 256, 1, 4, 4, 2, SliceReduction::kClusterDsmem>;
+using CfgM16N32S4 = TileConfig<16, 32, 128, 1, 4, 4, 4, SliceReduction::kClusterDsmem>;
 // Small/medium M (and large M when big tiles would not fill the GPU).
 using CfgM64N64 = TileConfig<64, 64, 64, 2, 2, 6, 2, SliceReduction::kClusterDsmem>;
+using CfgM64N64K128 = TileConfig<64, 64, 128, 2, 2, 3, 2, SliceReduction::kClusterDsmem>;  // 256-byte row segments
 // Large M.
 using CfgM128N128 = TileConfig<128, 128, 32, 2, 4, 4, 1, SliceReduction::kNone>;
 using CfgM128N128Fold = TileConfig<128, 128, 32, 2, 4, 4, 1, SliceReduction::kRegisterFold>;
 using CfgM128N256 = TileConfig<128, 256, 32, 2, 4, 4, 1, SliceReduction::kNone>;
+using CfgM128N256Fold = TileConfig<128, 256, 32, 2, 4, 4, 1, SliceReduction::kSmemFold>;  // 96 + 128 KB smem
+using CfgM128N256K64 = TileConfig<128, 256, 64, 2, 4, 4, 1, SliceReduction::kNone>;  // half the barriers per k
 
-enum ConfigId { kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kNumConfigs };
-constexpr const char* kConfigNames[kNumConfigs] = {"m16n32k128_cluster", "m64n64k64_cluster", "m128n128k32",
-                                                   "m128n128k32_fold", "m128n256k32"};
+enum ConfigId {
+  kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kM128N256Fold, kM16N32K256, kM16N32S4, kM64N64K128,
+  kM128N256K64, kNumConfigs
+};
+constexpr const char* kConfigNames[kNumConfigs] = {
+    "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
+    "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64"};
 
 struct GemmParams {
   const bf16* x;                     // [rows, K]
@@ -212,6 +235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
   constexpr int kStages = Cfg::kStages, kThreads = Cfg::kThreads, kMmaM = Cfg::kMmaM, kMmaN = Cfg::kMmaN;
   constexpr bool kCluster = Cfg::kReduction == SliceReduction::kClusterDsmem;
   constexpr bool kFold = Cfg::kReduction == SliceReduction::kRegisterFold;
+  constexpr bool kSmemFold = Cfg::kReduction == SliceReduction::kSmemFold;
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int warp_m0 = (warp / Cfg::kWarpsN) * Cfg::kWarpM;
@@ -272,15 +296,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     const int k0 = (chunk_begin + t * kChunks) * kChunkK;
     const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes);
     const uint32_t b_tile = a_tile + Cfg::kATileBytes;
+    // Compile-time trip counts (the vectors divide evenly over the threads), so the loops unroll fully.
 #pragma unroll
-    for (int i = tid; i < BM * kVecs; i += kThreads) {
+    for (int j = 0; j < BM * kVecs / kThreads; ++j) {
+      const int i = tid + j * kThreads;
       const int r = i / kVecs, v = i % kVecs, m = row_begin + r, k = k0 + v * 8;
       if (m >= row_end && t >= kStages) continue;
       const bool ok = m < row_end && k < K;
       cp_async_16(a_tile + tile_offset<kVecs>(r, v), ok ? x + static_cast<size_t>(m) * K + k : x, ok ? 16 : 0);
     }
 #pragma unroll
-    for (int i = tid; i < BN * kVecs; i += kThreads) {
+    for (int j = 0; j < BN * kVecs / kThreads; ++j) {
+      const int i = tid + j * kThreads;
       const int r = i / kVecs, v = i % kVecs, n = n_begin + r, k = k0 + v * 8;
       if (n >= N && t >= kStages) continue;
       const bool ok = n < N && k < K;
@@ -336,6 +363,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     }
   };
 
+  // Running total of the slice partials (kSmemFold): this thread's own fp32 slots after the
+  // pipeline stages, [element][thread] so a warp's accesses hit 32 distinct banks.
+  [[maybe_unused]] float* const smem_total = reinterpret_cast<float*>(smem + Cfg::kPipelineBytes);
+  [[maybe_unused]] const bool multi_slice = p.num_slices > 1;
+  [[maybe_unused]] const auto total_slot = [&](int i, int j, int e) -> float& {
+    return smem_total[((i * kMmaN + j) * 4 + e) * kThreads + tid];
+  };
+  if constexpr (kSmemFold) {
+    if (multi_slice) {
+#pragma unroll
+      for (int i = 0; i < kMmaM; ++i)
+#pragma unroll
+        for (int j = 0; j < kMmaN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) total_slot(i, j, e) = 0.0f;
+    }
+  }
+  [[maybe_unused]] int next_fold_chunk = p.slice_chunks;  // fold configs: chunk index of the next slice boundary
+
   // --- Main loop: kStages-deep cp.async pipeline, one barrier per k-tile.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -349,16 +395,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     cp_async_commit();
 
     const int tile_chunk0 = chunk_begin + t * kChunks;
-    if constexpr (kFold) {
+    if constexpr (kFold || kSmemFold) {
       // Slice boundary: total += p_s (total starts at 0); the next slice's partial restarts at 0.
-      if (t > 0 && tile_chunk0 % p.slice_chunks == 0) {
+      // chunk_begin == 0 and k-tiles of kChunks | 16 | slice_chunks chunks, so tile_chunk0 meets it exactly.
+      if (tile_chunk0 == next_fold_chunk) {
+        next_fold_chunk += p.slice_chunks;
 #pragma unroll
         for (int i = 0; i < kMmaM; ++i)
 #pragma unroll
           for (int j = 0; j < kMmaN; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              total[i][j][e] += acc[i][j][e];
+              if constexpr (kFold) {
+                total[i][j][e] += acc[i][j][e];
+              } else {
+                total_slot(i, j, e) += acc[i][j][e];
+              }
               acc[i][j][e] = 0.0f;
             }
       }
@@ -380,6 +432,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
         for (int j = 0; j < kMmaN; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e] + acc[i][j][e];
+    }
+  }
+  if constexpr (kSmemFold) {
+    if (multi_slice) {  // fold the last slice's partial
+#pragma unroll
+      for (int i = 0; i < kMmaM; ++i)
+#pragma unroll
+        for (int j = 0; j < kMmaN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = total_slot(i, j, e) + acc[i][j][e];
     }
   }
 
@@ -544,7 +606,7 @@ int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan) 
   if (rows > 64) {
     const long long sms = sm_count();
     const auto tiles = [&](int bm, int bn) { return (total_rows + bm - 1) / bm * ((N + bn - 1) / bn); };
-    if (plan.num_slices == 1 && tiles(128, 256) >= sms) return kM128N256;
+    if (tiles(128, 256) >= sms) return plan.num_slices == 1 ? kM128N256 : kM128N256Fold;
     if (tiles(128, 128) >= sms) return plan.num_slices == 1 ? kM128N128 : kM128N128Fold;
   }
   return kM64N64;
@@ -553,7 +615,8 @@ int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan) 
 // kNone configs cannot combine slices: with S > 1 they are replaced by the same tile with the fold.
 int legal_config(int config, const SlicePlan& plan) {
   if (config < 0 || config >= kNumConfigs) fail("gemm: unknown tile configuration", config);
-  if (plan.num_slices > 1 && (config == kM128N128 || config == kM128N256)) return kM128N128Fold;
+  if (plan.num_slices > 1 && config == kM128N128) return kM128N128Fold;
+  if (plan.num_slices > 1 && (config == kM128N256 || config == kM128N256K64)) return kM128N256Fold;
   return config;
 }
 
@@ -564,7 +627,12 @@ void dispatch(int config, const GemmParams& p, int grouped_max_rows, cudaStream_
     case kM64N64: launch<CfgM64N64, OutT, kGrouped>(p, grouped_max_rows, stream); break;
     case kM128N128: launch<CfgM128N128, OutT, kGrouped>(p, grouped_max_rows, stream); break;
     case kM128N128Fold: launch<CfgM128N128Fold, OutT, kGrouped>(p, grouped_max_rows, stream); break;
-    default: launch<CfgM128N256, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM128N256: launch<CfgM128N256, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM128N256Fold: launch<CfgM128N256Fold, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM16N32K256: launch<CfgM16N32K256, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM16N32S4: launch<CfgM16N32S4, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM64N64K128: launch<CfgM64N64K128, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    default: launch<CfgM128N256K64, OutT, kGrouped>(p, grouped_max_rows, stream); break;
   }
 }
 
@@ -591,6 +659,12 @@ void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, Ou
   dispatch<OutT, false>(legal_config(config, plan), p, 0, stream);
 }
 
+int config_rows(int config) {
+  return config == kM16N32 || config == kM16N32K256 || config == kM16N32S4 ? 16
+         : config == kM64N64 || config == kM64N64K128                      ? 64
+                                                                           : 128;
+}
+
 template <class OutT>
 void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                        const bf16* const* weights, int N, OutT* y, cudaStream_t stream) {
@@ -599,7 +673,7 @@ void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G,
   if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, N, plan);
   config = legal_config(config, plan);
   // grid.y holds the row-tile slots: fall back to 128-row tiles if the small ones would overflow it.
-  const int bm = config == kM16N32 ? 16 : config == kM64N64 ? 64 : 128;
+  const int bm = config_rows(config);
   if (grouped_slots(max_rows, G, bm) > 65535) config = plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   GemmParams p = make_params(x, K, N, y, plan);
   p.row_offsets = row_offsets;

@@ -50,9 +50,9 @@ struct WindowSource {
 // run-time indexed array, which would live in local memory.
 __global__ void compress_pool_kernel(StepView st, CompressorView cv, const NewRow* rows, float* out) {
   const NewRow nr = rows[blockIdx.y];
-  const SeqMeta sm = st.seqs[nr.seq];
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (c >= cv.head) return;
+  if (nr.seq < 0 || c >= cv.head) return;
+  const SeqMeta sm = st.seqs[nr.seq];
   const WindowSource src{st, cv, sm};
   const int64_t r = nr.row;
   const bool has_a = cv.overlap && r > 0;
@@ -80,6 +80,7 @@ __global__ void compress_pool_kernel(StepView st, CompressorView cv, const NewRo
 
 // Series A (the first `head` columns) of each closing sequence's last closed window -> prev.
 __global__ void keep_series_a_kernel(StepView st, CompressorView cv, const int32_t* closed_seqs) {
+  if (closed_seqs[blockIdx.y] < 0) return;
   const SeqMeta sm = st.seqs[closed_seqs[blockIdx.y]];
   const WindowSource src{st, cv, sm};
   const int64_t last = (sm.start + sm.count) / cv.ratio - 1;  // its last closed window
@@ -97,6 +98,7 @@ __global__ void keep_series_a_kernel(StepView st, CompressorView cv, const int32
 // The chunk's tokens of a still-open window -> the slot buffer (gate + ape).
 __global__ void store_open_kernel(StepView st, CompressorView cv, const int32_t* open_tokens) {
   const int t = open_tokens[blockIdx.y];
+  if (t < 0) return;
   const SeqMeta sm = st.seqs[st.tok_seq[t]];
   const int in_window = static_cast<int>(st.pos[t] % cv.ratio);
   float* buf_kv = slot_floats(st, sm.slot, cv.buf_kv) + static_cast<size_t>(in_window) * cv.width;
@@ -120,6 +122,7 @@ __device__ inline uint8_t* page_row(const StepView& st, const SeqMeta& sm, int64
 __global__ void store_page_rows_kernel(StepView st, const NewRow* rows, const float* src, int dims,
                                        size_t page_offset, int rows_per_page) {
   const NewRow nr = rows[blockIdx.y];
+  if (nr.seq < 0) return;
   const SeqMeta sm = st.seqs[nr.seq];
   bf16* dst = reinterpret_cast<bf16*>(page_row(st, sm, nr.row, page_offset, rows_per_page, static_cast<size_t>(dims) * 2));
   for (int c = static_cast<int>(threadIdx.x); c < dims; c += static_cast<int>(blockDim.x))

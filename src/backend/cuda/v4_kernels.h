@@ -46,7 +46,9 @@ struct CompressorView {
   size_t buf_kv = 0, buf_gate = 0, prev_kv = 0, prev_gate = 0;  // slot byte offsets (state_cache.h)
 };
 
-// Rows that close in this step: rows[j] = (sequence, row index) for j < R.
+// Rows that close in this step: rows[j] = (sequence, row index) for j < R. Lists of rows, sequences
+// and tokens may be padded with entries whose sequence / token is -1 (decode steps recorded as CUDA
+// graphs use fixed list lengths): kernels skip them.
 struct NewRow {
   int32_t seq;
   int32_t row;
