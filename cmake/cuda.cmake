@@ -57,13 +57,19 @@ function(deepinfer_cuda_part name)
 endfunction()
 deepinfer_cuda_part(deepinfer_cuda_gemm src/backend/cuda/gemm.cu)
 deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu)
-deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu src/backend/cuda/rms_norm.cu)
+deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu)
 
 # The V4 forward on the GPU (device weights, device state cache, step orchestration).
 deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/v4_kernels.cu
                     src/backend/cuda/release_kernels.cu)
 target_link_libraries(deepinfer_backend_cuda PUBLIC deepinfer_cuda_gemm deepinfer_cuda_attention deepinfer_cuda_ops
                                                     deepinfer_model)
+
+# The engine can run its steps on the GPU (EngineOptions::device = "cuda").
+if(TARGET deepinfer_engine)
+  target_link_libraries(deepinfer_engine PUBLIC deepinfer_backend_cuda)
+  target_compile_definitions(deepinfer_engine PUBLIC DEEPINFER_WITH_CUDA)
+endif()
 
 if(DEEPINFER_TESTS)
   find_package(GTest REQUIRED)
@@ -81,7 +87,7 @@ if(DEEPINFER_TESTS)
   endfunction()
   deepinfer_cuda_test(deepinfer_cuda_gemm_tests tests/cuda/gemm_test.cc)
   deepinfer_cuda_test(deepinfer_cuda_attention_tests tests/cuda/attention_test.cc)
-  deepinfer_cuda_test(deepinfer_cuda_ops_tests tests/cuda/ops_test.cc tests/cuda/rms_norm_test.cc)
+  deepinfer_cuda_test(deepinfer_cuda_ops_tests tests/cuda/ops_test.cc)
   deepinfer_cuda_test(deepinfer_cuda_model_tests tests/cuda/model_test.cc)
 endif()
 

@@ -285,7 +285,7 @@ int run_generate(const Args& a) {
                                  "--frequency-penalty", "--seed", "--max-tokens", "--min-tokens", "--logprobs",
                                  "--stop-token-ids", "--max-num-seqs", "--max-num-batched-tokens", "--cache-mib",
                                  "--block-size", "--max-model-len", "--threads", "--chunk", "--format", "--numerics",
-                                 "--kv-cache-dtype"});
+                                 "--kv-cache-dtype", "--device"});
       !s.is_ok())
     return fail(s);
   const int sources = static_cast<int>(a.opts.count("--prompt")) + static_cast<int>(a.opts.count("--prompt-ids")) +
@@ -328,6 +328,7 @@ int run_generate(const Args& a) {
   eo.async_scheduling = !has_flag(a, "--no-async");
   if (a.opts.count("--numerics")) eo.numerics = a.opts.at("--numerics");
   if (a.opts.count("--kv-cache-dtype")) eo.kv_cache_dtype = a.opts.at("--kv-cache-dtype");
+  if (a.opts.count("--device")) eo.device = a.opts.at("--device");
 
   // Inputs.
   std::vector<Prompt> prompts;

@@ -31,7 +31,7 @@ const char* kUsage =
     "                     [--out OUT.jsonl] [--max-num-seqs N] [--max-num-batched-tokens N] [--chunk N]\n"
     "                     [--cache-mib N] [--block-size N] [--max-model-len N] [--threads N] [--no-async]\n"
     "                     [--numerics auto|exact|release] [--kv-cache-dtype auto|float32|bfloat16|fp8]\n"
-    "                     [--progress | --no-progress]\n"
+    "                     [--device cpu|cuda] [--progress | --no-progress]\n"
     "      batch generation; one JSON line per input, in input order: index, text, token_ids,\n"
     "      finish_reason, logprobs (if asked), seed, timings. JSONL lines carry \"prompt\", \"messages\" or\n"
     "      \"prompt_ids\" and optional \"sampling_params\" (vLLM names). Greedy unless --temperature > 0.\n"

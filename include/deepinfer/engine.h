@@ -109,6 +109,9 @@ struct EngineOptions {
   // State-cache storage of KV rows and indexer keys: "auto", "float32", "bfloat16" or "fp8"; see
   // LoadOptions in deepinfer/model.h.
   std::string kv_cache_dtype = "auto";
+  // "cpu" (the fp32 reference backend) or "cuda" (the GPU; needs a build with
+  // DEEPINFER_ACCELERATOR=nvidia and a CUDA device; its KV cache is bfloat16: "auto" means that).
+  std::string device = "cpu";
 };
 
 struct EngineStats {
@@ -121,6 +124,8 @@ struct EngineStats {
   int64_t slot_bytes = 0;
   int64_t page_bytes = 0;
   std::string kv_cache_dtype;      // "float32", "bfloat16" or "fp8"
+  std::string device;              // "cpu" or "cuda"
+  uint64_t cuda_graph_replays = 0; // decode steps replayed as CUDA graphs (cuda only)
 };
 
 // Not thread-safe: call it from one thread at a time (it runs its own step thread inside).

@@ -19,6 +19,9 @@
 #include <set>
 
 #include "backend/backend.h"
+#ifdef DEEPINFER_WITH_CUDA
+#include "backend/cuda/cuda_model.h"
+#endif
 #include "base/check.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
@@ -110,8 +113,22 @@ class LLMImpl final : public LLM {
     if (o.kv_cache_dtype != "auto" && !model::kv_cache_dtype_from_name(o.kv_cache_dtype))
       return Status::invalid_argument("kv_cache_dtype must be auto, float32, bfloat16 or fp8, got '" +
                                       o.kv_cache_dtype + "'");
-    const model::KvCacheDtype kv_dtype =
+    if (o.device != "cpu" && o.device != "cuda")
+      return Status::invalid_argument("device must be cpu or cuda, got '" + o.device + "'");
+    const bool cuda = o.device == "cuda";
+#ifndef DEEPINFER_WITH_CUDA
+    if (cuda)
+      return Status::unsupported("device cuda: this build has no CUDA backend (configure with "
+                                 "-DDEEPINFER_ACCELERATOR=nvidia)");
+#endif
+    model::KvCacheDtype kv_dtype =
         model::resolve_kv_cache_dtype(o.kv_cache_dtype, e->numerics_ == model::Numerics::kRelease);
+    if (cuda) {  // the CUDA backend stores KV rows as bf16
+      if (o.kv_cache_dtype != "auto" && kv_dtype != model::KvCacheDtype::kBF16)
+        return Status::unsupported("device cuda stores the KV cache as bfloat16; kv_cache_dtype '" + o.kv_cache_dtype +
+                                   "' is not available there yet");
+      kv_dtype = model::KvCacheDtype::kBF16;
+    }
     if (o.max_num_seqs < 1) return Status::invalid_argument("max_num_seqs must be at least 1");
     if (o.max_num_batched_tokens < 1) return Status::invalid_argument("max_num_batched_tokens must be at least 1");
     if (o.long_prefill_token_threshold < 0) return Status::invalid_argument("long_prefill_token_threshold must be >= 0");
@@ -147,10 +164,33 @@ class LLMImpl final : public LLM {
     }
     e->layout_ = layout;
     e->shape_ = shape;
-    e->storage_ = std::make_unique<model::StateStorage>(shape, layout.num_slots, layout.num_blocks);
-    e->backend_ = backend::make_cpu_backend();
-    e->net_ = std::make_unique<model::DeepSeekV4>(c, e->model_->weights, *e->backend_, e->numerics_);
-    e->runner_ = std::make_unique<engine::ModelRunner>(*e->net_, *e->storage_);
+    e->device_ = o.device;
+    engine::ForwardFn forward;
+#ifdef DEEPINFER_WITH_CUDA
+    if (cuda) {
+      backend::cuda::CudaModelOptions co;
+      co.num_slots = layout.num_slots;
+      co.num_blocks = layout.num_blocks;
+      co.block_size = block_size;
+      co.max_step_tokens = o.max_num_batched_tokens;
+      co.max_logit_rows = o.max_num_seqs;
+      co.max_model_len = static_cast<int>(e->max_model_len_);
+      DI_ASSIGN_OR_RETURN(e->cuda_, backend::cuda::CudaModel::create(c, e->model_->weights, e->numerics_, co));
+      backend::cuda::CudaModel* m = e->cuda_.get();
+      forward = [m](std::span<const model::SeqChunk> b, std::vector<float>* l) { return m->forward(b, l); };
+    }
+#endif
+    if (!cuda) {
+      e->storage_ = std::make_unique<model::StateStorage>(shape, layout.num_slots, layout.num_blocks);
+      e->backend_ = backend::make_cpu_backend();
+      e->net_ = std::make_unique<model::DeepSeekV4>(c, e->model_->weights, *e->backend_, e->numerics_);
+      model::DeepSeekV4* net = e->net_.get();
+      model::StateStorage* storage = e->storage_.get();
+      forward = [net, storage](std::span<const model::SeqChunk> b, std::vector<float>* l) {
+        return net->forward(b, *storage, l);
+      };
+    }
+    e->runner_ = std::make_unique<engine::ModelRunner>(std::move(forward), c.vocab_size);
     sched::SchedulerOptions so;
     so.max_num_seqs = o.max_num_seqs;
     so.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -330,6 +370,10 @@ class LLMImpl final : public LLM {
     s.slot_bytes = static_cast<int64_t>(shape_.slot_bytes);
     s.page_bytes = static_cast<int64_t>(shape_.page_bytes);
     s.kv_cache_dtype = model::kv_cache_dtype_name(shape_.kv_row.dtype);
+    s.device = device_;
+#ifdef DEEPINFER_WITH_CUDA
+    if (cuda_) s.cuda_graph_replays = cuda_->graph_replays();
+#endif
     return s;
   }
   std::string description() const override { return model_->description; }
@@ -477,6 +521,10 @@ class LLMImpl final : public LLM {
   std::unique_ptr<model::StateStorage> storage_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::DeepSeekV4> net_;
+#ifdef DEEPINFER_WITH_CUDA
+  std::unique_ptr<backend::cuda::CudaModel> cuda_;
+#endif
+  std::string device_ = "cpu";
   std::unique_ptr<engine::ModelRunner> runner_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::unique_ptr<engine::StepWorker> worker_;  // declared last: destroyed first, before what it uses

@@ -4,7 +4,7 @@
 
 namespace deepinfer::engine {
 
-ModelRunner::ModelRunner(const model::DeepSeekV4& net, model::StateStorage& storage) : net_(net), storage_(storage) {}
+ModelRunner::ModelRunner(ForwardFn forward, int vocab_size) : forward_(std::move(forward)), vocab_size_(vocab_size) {}
 
 Result<core::ModelOutput> ModelRunner::execute(const StepInput& in) {
   const core::SchedulerOutput& so = in.sched;
@@ -42,14 +42,14 @@ Result<core::ModelOutput> ModelRunner::execute(const StepInput& in) {
   core::ModelOutput out;
   out.step = so.step;
   if (batch.empty()) return out;
-  DI_RETURN_IF_ERROR(net_.forward(batch, storage_, &logits_));
+  DI_RETURN_IF_ERROR(forward_(batch, &logits_));
 
   // Sample: a pure function per request, so requests can be sampled in parallel.
   std::vector<size_t> sampling;
   for (size_t i = 0; i < so.requests.size(); ++i)
     if (so.requests[i].samples) sampling.push_back(i);
   out.sampled.resize(sampling.size());
-  const int V = net_.config().vocab_size;
+  const int V = vocab_size_;
 #pragma omp parallel for schedule(dynamic) if (sampling.size() > 4)
   for (size_t k = 0; k < sampling.size(); ++k) {
     const core::ScheduledRequest& r = so.requests[sampling[k]];

@@ -8,8 +8,10 @@
 // still feeds the right token: the placeholder is resolved here, not in the scheduler.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/request.h"
@@ -34,9 +36,13 @@ struct StepInput {
   std::map<core::RequestId, std::shared_ptr<const RunnerRequestInfo>> new_infos;
 };
 
+// One batched forward over the state cache (model::DeepSeekV4::forward's contract): the CPU
+// backend's DeepSeekV4 + StateStorage, or the CUDA backend's CudaModel.
+using ForwardFn = std::function<Status(std::span<const model::SeqChunk>, std::vector<float>*)>;
+
 class ModelRunner {
  public:
-  ModelRunner(const model::DeepSeekV4& net, model::StateStorage& storage);
+  ModelRunner(ForwardFn forward, int vocab_size);
 
   // Executes one step. An error here is a bug or a broken invariant (requests are validated
   // before they are scheduled); the engine reports it on every request of the step.
@@ -50,8 +56,8 @@ class ModelRunner {
     std::vector<int32_t> tokens;  // prompt + outputs, including tokens of steps the scheduler has not seen yet
   };
 
-  const model::DeepSeekV4& net_;
-  model::StateStorage& storage_;
+  ForwardFn forward_;
+  int vocab_size_ = 0;
   std::map<core::RequestId, RequestState> requests_;
   std::vector<float> logits_;
 };

@@ -173,6 +173,38 @@ TEST(Engine, KvCacheDtypeIsChosenReportedAndChecked) {
   EXPECT_NE(bad.status().message().find("fp16"), std::string::npos);
 }
 
+// device: "cpu" or "cuda". Where the build has no CUDA backend or the machine no GPU, "cuda" is an
+// error that says so; where it runs, the GPU engine decodes the trained default model like the CPU
+// engine (bf16 GEMM inputs: the first greedy tokens agree) and its decode steps replay CUDA graphs.
+TEST(Engine, DeviceIsCheckedAndCudaRunsWhereAvailable) {
+  EngineOptions o;
+  o.model = std::string(DEEPINFER_SOURCE_DIR) + "/models/v4-code-19m";
+  o.max_num_seqs = 4;
+  o.cache_bytes = 64ll << 20;
+  o.device = "tpu";
+  auto bad = LLM::create(o);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("device must be cpu or cuda"), std::string::npos) << bad.status().to_string();
+
+  o.device = "cuda";
+  auto gpu = LLM::create(o);
+  if (!gpu.is_ok()) {
+    EXPECT_NE(gpu.status().message().find("CUDA"), std::string::npos) << gpu.status().to_string();
+    return;
+  }
+  std::mt19937 rng(9);
+  const Prompt p = Prompt::from_token_ids(random_prompt(rng, 40, 8192));
+  const RequestOutput g = (*gpu)->generate({p}, greedy(16))[0];
+  ASSERT_TRUE(g.finished) << g.error;
+  EXPECT_EQ((*gpu)->stats().device, "cuda");
+  EXPECT_GT((*gpu)->stats().cuda_graph_replays, 0u);
+  o.device = "cpu";
+  auto cpu = make(o);
+  const RequestOutput c = cpu->generate({p}, greedy(16))[0];
+  ASSERT_EQ(g.token_ids.size(), c.token_ids.size());
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(g.token_ids[i], c.token_ids[i]) << "token " << i;
+}
+
 TEST(Engine, GreedyMatchesModelForward) {
   // The engine's greedy path against the plain single-session forward (public Model API).
   auto model = Model::load(fixture("v4-tiny-a"));

@@ -1,6 +1,6 @@
 // CUDA_CHECK(expr): evaluates a CUDA runtime call once; on any error prints file:line, the
 // expression and cudaGetErrorString, then aborts. For internal invariants only: host helpers that
-// must report errors to a caller return them instead (see cuda_ops.h).
+// must report errors to a caller return them as Status instead (cuda_model.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>
