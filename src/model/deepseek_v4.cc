@@ -73,6 +73,31 @@ void DeepSeekV4::release_expert(const float* x, int n, const ExpertWeights& e, c
   lin(g.data(), n, e.w2, y, Lin::kQuantized);
 }
 
+Status check_seq_chunk(const SeqChunk& q, size_t index, const ModelConfig& c, const StateCacheShape& shape,
+                       int num_slots, int num_blocks) {
+  const std::string who = "sequence " + std::to_string(index) + " of the batch";
+  for (size_t t = 0; t < q.tokens.size(); ++t)
+    if (q.tokens[t] < 0 || q.tokens[t] >= c.vocab_size)
+      return Status::invalid_argument("token id " + std::to_string(q.tokens[t]) + " at position " +
+                                      std::to_string(q.start + static_cast<int64_t>(t)) + " of " + who +
+                                      " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  if (q.slot < 0 || q.slot >= num_slots)
+    return Status::invalid_argument(who + " names state slot " + std::to_string(q.slot) + " of " +
+                                    std::to_string(num_slots));
+  const int64_t end = q.start + static_cast<int64_t>(q.tokens.size());
+  if (q.start < 0) return Status::invalid_argument(who + " starts at a negative position");
+  if (shape.page_bytes > 0) {
+    const int64_t need = (end + shape.block_size - 1) / shape.block_size;
+    if (static_cast<int64_t>(q.block_table.size()) < need)
+      return Status::invalid_argument(who + " needs " + std::to_string(need) + " pages for " + std::to_string(end) +
+                                      " positions, its block table has " + std::to_string(q.block_table.size()));
+    for (int b : q.block_table)
+      if (b < 0 || b >= num_blocks)
+        return Status::invalid_argument(who + " names page " + std::to_string(b) + " of " + std::to_string(num_blocks));
+  }
+  return Status::ok();
+}
+
 Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache, std::vector<float>* logits) const {
   const ModelConfig& c = config_;
   const StateCacheShape& shape = cache.shape();
@@ -84,27 +109,7 @@ Status DeepSeekV4::forward(std::span<const SeqChunk> batch, StateStorage& cache,
   size_t n_logit_rows = 0;
   for (size_t s = 0; s < batch.size(); ++s) {
     const SeqChunk& q = batch[s];
-    const std::string who = "sequence " + std::to_string(s) + " of the batch";
-    for (size_t t = 0; t < q.tokens.size(); ++t)
-      if (q.tokens[t] < 0 || q.tokens[t] >= c.vocab_size)
-        return Status::invalid_argument("token id " + std::to_string(q.tokens[t]) + " at position " +
-                                        std::to_string(q.start + static_cast<int64_t>(t)) + " of " + who +
-                                        " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-    if (q.slot < 0 || q.slot >= cache.num_slots())
-      return Status::invalid_argument(who + " names state slot " + std::to_string(q.slot) + " of " +
-                                      std::to_string(cache.num_slots()));
-    const int64_t end = q.start + static_cast<int64_t>(q.tokens.size());
-    if (q.start < 0) return Status::invalid_argument(who + " starts at a negative position");
-    if (shape.page_bytes > 0) {
-      const int64_t need = (end + shape.block_size - 1) / shape.block_size;
-      if (static_cast<int64_t>(q.block_table.size()) < need)
-        return Status::invalid_argument(who + " needs " + std::to_string(need) + " pages for " + std::to_string(end) +
-                                        " positions, its block table has " + std::to_string(q.block_table.size()));
-      for (int b : q.block_table)
-        if (b < 0 || b >= cache.num_blocks())
-          return Status::invalid_argument(who + " names page " + std::to_string(b) + " of " +
-                                          std::to_string(cache.num_blocks()));
-    }
+    DI_RETURN_IF_ERROR(check_seq_chunk(q, s, c, shape, cache.num_slots(), cache.num_blocks()));
     for (size_t t = 0; t < q.tokens.size(); ++t) {
       st.pos.push_back(q.start + static_cast<int64_t>(t));
       st.tokens.push_back(q.tokens[t]);

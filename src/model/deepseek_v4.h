@@ -35,6 +35,12 @@ struct SeqChunk {
   LogitRows logits = LogitRows::kLast;  // which positions' logits rows to produce
 };
 
+// Checks sequence `index` of a step against the vocabulary and the cache (slot and pages in range,
+// a block table covering every position); the error names the sequence and what was wrong. Shared
+// by every backend's forward.
+Status check_seq_chunk(const SeqChunk& q, size_t index, const ModelConfig& c, const StateCacheShape& shape,
+                       int num_slots, int num_blocks);
+
 class DeepSeekV4 {
  public:
   DeepSeekV4(const ModelConfig& config, const ModelWeights& weights, backend::Backend& backend,

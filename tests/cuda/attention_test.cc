@@ -25,20 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "model/topk.h"
 
 namespace deepinfer::backend::cuda {
 namespace {
-
-bool has_cuda_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define SKIP_WITHOUT_CUDA_DEVICE() \
-  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount)"
 
 // ---- host helpers ----------------------------------------------------------------------------
 

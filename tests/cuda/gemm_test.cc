@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/gemm.h"
 
@@ -42,14 +43,6 @@ void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets,
 namespace {
 
 constexpr int kAuto = -1;  // config index meaning "what gemm() picks"
-
-bool has_cuda_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define SKIP_WITHOUT_CUDA_DEVICE() \
-  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount)"
 
 // bf16 values are handled on the host as their bit patterns.
 float bf16_bits_to_float(uint16_t bits) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cuda_test_util.h"
 #include "backend/cuda/cuda_model.h"
 #include "io/safetensors.h"
 #include "model/default_model.h"
@@ -33,13 +34,6 @@ using model::LogitRows;
 using model::ModelConfig;
 using model::ModelWeights;
 using model::SeqChunk;
-
-bool has_cuda_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-#define SKIP_WITHOUT_CUDA_DEVICE() \
-  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount)"
 
 // The GPU keeps GEMM weights as bf16 (mHC mixing matrices stay fp32): the CPU reference gets the
 // same values.
@@ -335,10 +329,9 @@ TEST(CudaModel, ARequestIsBitwiseIdenticalAloneAndInBatches) {
   }
 }
 
-TEST(CudaModel, RealDimensionsMatchTheCpuBackend) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  // V4-Flash's per-layer dimensions (hidden 4096, 64 heads of 512, q rank 1024, 8 output groups,
-  // indexer 64 x 128 with top-512, window 128), two layers (CSA ratio 4, HCA ratio 128), 8 experts.
+// V4-Flash's per-layer dimensions (hidden 4096, 64 heads of 512, q rank 1024, 8 output groups,
+// indexer 64 x 128 with top-512, window 128), two layers (CSA ratio 4, HCA ratio 128), 8 experts.
+ModelConfig v4_flash_dims_two_layers() {
   ModelConfig c = model::default_model_config();
   c.vocab_size = 2048;
   c.hidden_size = 4096;
@@ -359,6 +352,12 @@ TEST(CudaModel, RealDimensionsMatchTheCpuBackend) {
   c.n_routed_experts = 8;
   c.num_experts_per_tok = 6;
   c.moe_intermediate_size = 2048;
+  return c;
+}
+
+TEST(CudaModel, RealDimensionsMatchTheCpuBackend) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ModelConfig c = v4_flash_dims_two_layers();
   ModelWeights w = model::default_model_weights(c, 77);
   round_gemm_weights_to_bf16(w);
   const std::vector<int32_t> seq = random_tokens(300, c.vocab_size, 8);
@@ -507,26 +506,7 @@ TEST(CudaModel, ReleaseNumericsMatchTheCpuBackend) {
 
 TEST(CudaModel, ReleaseNumericsMatchTheCpuBackendAtRealDimensions) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  ModelConfig c = model::default_model_config();
-  c.vocab_size = 2048;
-  c.hidden_size = 4096;
-  c.num_layers = 2;
-  c.num_heads = 64;
-  c.head_dim = 512;
-  c.rope_head_dim = 64;
-  c.q_lora_rank = 1024;
-  c.o_groups = 8;
-  c.o_lora_rank = 1024;
-  c.sliding_window = 128;
-  c.layer_kinds = {model::AttentionKind::kCsa, model::AttentionKind::kHca};
-  c.compress_ratio = {4, 128};
-  c.hash_moe = {true, false};
-  c.index_n_heads = 64;
-  c.index_head_dim = 128;
-  c.index_topk = 512;
-  c.n_routed_experts = 8;
-  c.num_experts_per_tok = 6;
-  c.moe_intermediate_size = 2048;
+  const ModelConfig c = v4_flash_dims_two_layers();
   release_vs_cpu(c, 77, 300, 100, 2, "GPU release vs CPU release (V4-Flash dims, FP8 weights, 300 tokens)");
 }
 

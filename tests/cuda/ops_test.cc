@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cuda_test_util.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/ops.h"
 #include "io/dtype.h"
@@ -32,14 +33,6 @@
 
 namespace deepinfer::backend::cuda {
 namespace {
-
-bool has_cuda_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define SKIP_WITHOUT_CUDA_DEVICE() \
-  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount)"
 
 // Device array of n T's at `offset` elements past a cudaMalloc'd base (offset 1 makes fp32 rows
 // misaligned for 16-byte access). Filled with 0xff bytes (NaN for floats, -1 for ints) so that

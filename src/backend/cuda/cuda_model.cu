@@ -590,30 +590,12 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   std::vector<int32_t> logit_rows;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqChunk& q = batch[i];
-    const std::string who = "sequence " + std::to_string(i) + " of the batch";
-    for (size_t t = 0; t < q.tokens.size(); ++t)
-      if (q.tokens[t] < 0 || q.tokens[t] >= c.vocab_size)
-        return Status::invalid_argument("token id " + std::to_string(q.tokens[t]) + " at position " +
-                                        std::to_string(q.start + static_cast<int64_t>(t)) + " of " + who +
-                                        " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-    if (q.slot < 0 || q.slot >= opt.num_slots)
-      return Status::invalid_argument(who + " names state slot " + std::to_string(q.slot) + " of " +
-                                      std::to_string(opt.num_slots));
-    if (q.start < 0) return Status::invalid_argument(who + " starts at a negative position");
+    DI_RETURN_IF_ERROR(model::check_seq_chunk(q, i, c, shape, opt.num_slots, opt.num_blocks));
     const int64_t end = q.start + static_cast<int64_t>(q.tokens.size());
     if (end > max_model_len)
-      return Status::invalid_argument(who + " reaches position " + std::to_string(end) + ", beyond the CUDA backend's " +
-                                      "max_model_len " + std::to_string(max_model_len));
-    if (shape.page_bytes > 0) {
-      const int64_t need = (end + shape.block_size - 1) / shape.block_size;
-      if (static_cast<int64_t>(q.block_table.size()) < need)
-        return Status::invalid_argument(who + " needs " + std::to_string(need) + " pages for " + std::to_string(end) +
-                                        " positions, its block table has " + std::to_string(q.block_table.size()));
-      for (int b : q.block_table)
-        if (b < 0 || b >= opt.num_blocks)
-          return Status::invalid_argument(who + " names page " + std::to_string(b) + " of " +
-                                          std::to_string(opt.num_blocks));
-    }
+      return Status::invalid_argument("sequence " + std::to_string(i) + " of the batch reaches position " +
+                                      std::to_string(end) + ", beyond the CUDA backend's max_model_len " +
+                                      std::to_string(max_model_len));
     SeqMeta sm{q.start, static_cast<int32_t>(tokens.size()), static_cast<int32_t>(q.tokens.size()), q.slot,
                static_cast<int32_t>(block_tables.size())};
     seqs.push_back(sm);
