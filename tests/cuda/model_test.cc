@@ -420,6 +420,22 @@ TEST(CudaModel, DecodeGraphsReplayBitwiseLikeEagerSteps) {
   EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0);
 }
 
+// Dimensions outside what the kernels are written for are refused with the config field named,
+// before the GPU is touched (this runs without a device too).
+TEST(CudaModel, UnsupportedDimensionsAreNamed) {
+  ModelConfig c = model::default_model_config();
+  const ModelWeights w = model::default_model_weights(c, 1);
+  c.index_head_dim = 16;  // the exact indexer kernel takes multiples of 32
+  auto r = CudaModel::create(c, w, model::Numerics::kExact, CudaModelOptions{});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("index_head_dim = 16"), std::string::npos) << r.status().to_string();
+  c = model::default_model_config();
+  c.head_dim = 32;
+  r = CudaModel::create(c, w, model::Numerics::kExact, CudaModelOptions{});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("head_dim = 32"), std::string::npos) << r.status().to_string();
+}
+
 TEST(CudaModel, BadInputIsAnErrorNamingIt) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ModelConfig c = model::default_model_config();

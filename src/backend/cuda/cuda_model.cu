@@ -1039,7 +1039,36 @@ CudaModel::~CudaModel() = default;
 
 namespace {
 
-Result<std::unique_ptr<CudaModel::Impl>> make_impl(const ModelConfig& config, const CudaModelOptions& options) {
+// The dimensions the kernels are written for (gemm.h, attention.h, ops.h); V4-Flash and V4-Pro are
+// inside them. Checked before anything touches the GPU, so the error names the config field.
+Status check_supported(const ModelConfig& c, bool release) {
+  auto need = [](bool ok, const std::string& what) { return ok ? Status::ok() : Status::unsupported("CUDA backend: " + what); };
+  const int gw = c.o_groups > 0 ? c.num_heads * c.head_dim / c.o_groups : 0;
+  for (const auto& [name, k] : std::initializer_list<std::pair<const char*, int>>{
+           {"hidden_size", c.hidden_size}, {"q_lora_rank", c.q_lora_rank}, {"moe_intermediate_size", c.moe_intermediate_size},
+           {"o_groups * o_lora_rank", c.o_groups * c.o_lora_rank}, {"num_heads * head_dim / o_groups", gw}})
+    DI_RETURN_IF_ERROR(need(k > 0 && k % 8 == 0, std::string(name) + " = " + std::to_string(k) +
+                                                      " must be a positive multiple of 8 (GEMM rows of 16 bytes)"));
+  DI_RETURN_IF_ERROR(need(c.head_dim % 64 == 0 && c.head_dim <= 512,
+                          "head_dim = " + std::to_string(c.head_dim) + " must be a multiple of 64, at most 512"));
+  if (c.has_csa()) {
+    const int d = c.index_head_dim;
+    DI_RETURN_IF_ERROR(need(release ? (d > 0 && (d & (d - 1)) == 0 && d <= 1024) : (d % 32 == 0 && d > 0 && d <= 256),
+                            "index_head_dim = " + std::to_string(d) +
+                                (release ? " must be a power of two up to 1024" : " must be a multiple of 32, at most 256")));
+    DI_RETURN_IF_ERROR(need(c.index_topk >= 1 && c.index_topk <= 2048,
+                            "index_topk = " + std::to_string(c.index_topk) + " must be in 1..2048"));
+  }
+  DI_RETURN_IF_ERROR(need(c.hc_mult >= 1 && c.hc_mult <= 8, "hc_mult = " + std::to_string(c.hc_mult) + " must be in 1..8"));
+  DI_RETURN_IF_ERROR(need(c.n_routed_experts <= 1024 && c.num_experts_per_tok <= 16 &&
+                              c.num_experts_per_tok <= c.n_routed_experts,
+                          "n_routed_experts <= 1024 and num_experts_per_tok <= 16 are required"));
+  return Status::ok();
+}
+
+Result<std::unique_ptr<CudaModel::Impl>> make_impl(const ModelConfig& config, const CudaModelOptions& options,
+                                                   bool release) {
+  DI_RETURN_IF_ERROR(check_supported(config, release));
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     return Status::unsupported("no CUDA device is available");
@@ -1061,7 +1090,7 @@ Result<std::unique_ptr<CudaModel::Impl>> make_impl(const ModelConfig& config, co
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config, const model::ModelWeights& weights,
                                                      model::Numerics numerics, const CudaModelOptions& options) {
-  DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options));
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options, numerics == model::Numerics::kRelease));
   impl->release = numerics == model::Numerics::kRelease;
   DI_RETURN_IF_ERROR(impl->allocate_cache_and_work());
   DI_RETURN_IF_ERROR(impl->allocate(false));
@@ -1071,7 +1100,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config, 
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create_random(const ModelConfig& config, uint64_t seed,
                                                             const CudaModelOptions& options) {
-  DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options));
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options, false));
   DI_RETURN_IF_ERROR(impl->allocate_cache_and_work());
   DI_RETURN_IF_ERROR(impl->allocate(true));
   DI_RETURN_IF_ERROR(impl->randomize(seed));
