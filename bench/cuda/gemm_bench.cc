@@ -29,19 +29,7 @@
 
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/gemm.h"
-
-namespace deepinfer::backend::cuda {
-// Hooks defined in gemm.cu (not part of gemm.h).
-namespace gemm_testing {
-int config_count();
-const char* config_name(int config);
-int slice_count(int N, int K);
-bool config_runs_as_is(int config, int N, int K);
-int auto_config(int M, int N, int K);
-void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream);
-void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream_t stream);
-}  // namespace gemm_testing
-}  // namespace deepinfer::backend::cuda
+#include "backend/cuda/gemm_testing.h"
 
 namespace {
 

@@ -22,24 +22,9 @@
 #include "cuda_test_util.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_testing.h"
 
 namespace deepinfer::backend::cuda {
-
-// Test hooks defined in gemm.cu (not part of gemm.h): run one tile configuration by index.
-namespace gemm_testing {
-int config_count();
-const char* config_name(int config);
-int slice_count(int N, int K);
-bool config_runs_as_is(int config, int N, int K);
-int auto_config(int M, int N, int K);
-void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream);
-void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream_t stream);
-void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
-                              const bf16* const* weights, int N, float* y, cudaStream_t stream);
-void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
-                              const bf16* const* weights, int N, bf16* y, cudaStream_t stream);
-}  // namespace gemm_testing
-
 namespace {
 
 constexpr int kAuto = -1;  // config index meaning "what gemm() picks"

@@ -210,7 +210,7 @@ struct CudaModel::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  Status allocate(bool random_weights);
+  Status allocate();
   Status upload(const model::ModelWeights& w);
   Status randomize(uint64_t seed);
   Status allocate_cache_and_work();
@@ -235,7 +235,7 @@ std::vector<bf16> to_bf16_host(const float* x, size_t n) {
 }  // namespace
 
 // Allocates every weight buffer (shapes from the config).
-Status CudaModel::Impl::allocate(bool /*random_weights*/) {
+Status CudaModel::Impl::allocate() {
   const ModelConfig& c = config;
   DeviceArena& A = weights_arena;
   const int D = c.hidden_size, hc = c.hc_mult, hd = c.head_dim, H = c.num_heads;
@@ -915,7 +915,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
       }
     }
     const RowPlan& rp = row_plans.at({static_cast<int>(kind), ratio});
-    fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, kv_bf, hd, ratio, sel, c.index_topk, CL.rows,
+    fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, kv_bf, hd, sel, c.index_topk, CL.rows,
                         CL.rows_per_page, rows, s);
     sink_attention(q_bf, T, H, hd, rows, meta_ptr<int>(rp.off), std::max(rp.max_rows, 1), L.sinks,
                    1.0f / std::sqrt(static_cast<float>(hd)), o, attn_ws, s);
@@ -1093,7 +1093,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config, 
   DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options, numerics == model::Numerics::kRelease));
   impl->release = numerics == model::Numerics::kRelease;
   DI_RETURN_IF_ERROR(impl->allocate_cache_and_work());
-  DI_RETURN_IF_ERROR(impl->allocate(false));
+  DI_RETURN_IF_ERROR(impl->allocate());
   DI_RETURN_IF_ERROR(impl->upload(weights));
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
 }
@@ -1102,7 +1102,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create_random(const ModelConfig& c
                                                             const CudaModelOptions& options) {
   DI_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, make_impl(config, options, false));
   DI_RETURN_IF_ERROR(impl->allocate_cache_and_work());
-  DI_RETURN_IF_ERROR(impl->allocate(true));
+  DI_RETURN_IF_ERROR(impl->allocate());
   DI_RETURN_IF_ERROR(impl->randomize(seed));
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
 }

@@ -24,6 +24,7 @@
 //    the bits; tests/cuda/gemm_test.cc checks this by forcing every configuration on the same data.
 //  * Chunks past K are skipped, never multiplied as zeros, so no configuration adds extra terms.
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_testing.h"
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>

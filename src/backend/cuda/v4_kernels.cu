@@ -130,7 +130,7 @@ __global__ void store_page_rows_kernel(StepView st, const NewRow* rows, const fl
 }
 
 __global__ void fill_attention_rows_kernel(StepView st, const int* row_begin, size_t ring_offset, const bf16* chunk_kv,
-                                           int dims, int ratio, const int* selected, int topk, size_t page_offset,
+                                           int dims, const int* selected, int topk, size_t page_offset,
                                            int rows_per_page, const bf16** rows) {
   const int t = static_cast<int>(blockIdx.x);
   const SeqMeta sm = st.seqs[st.tok_seq[t]];
@@ -153,7 +153,6 @@ __global__ void fill_attention_rows_kernel(StepView st, const int* row_begin, si
     }
     rows[begin + j] = row;
   }
-  (void)ratio;
 }
 
 __global__ void fill_key_rows_kernel(StepView st, const int* key_seq_begin, int ratio, size_t page_offset,
@@ -254,11 +253,11 @@ void store_page_rows(const StepView& st, const NewRow* rows, int R, const float*
 }
 
 void fill_attention_rows(const StepView& st, const int* row_begin, size_t ring_offset, const bf16* chunk_kv, int dims,
-                         int ratio, const int* selected, int topk, size_t page_offset, int rows_per_page,
-                         const bf16** rows, cudaStream_t stream) {
+                         const int* selected, int topk, size_t page_offset, int rows_per_page, const bf16** rows,
+                         cudaStream_t stream) {
   if (st.T == 0) return;
   fill_attention_rows_kernel<<<static_cast<unsigned>(st.T), 128, 0, stream>>>(
-      st, row_begin, ring_offset, chunk_kv, dims, ratio, selected, topk, page_offset, rows_per_page, rows);
+      st, row_begin, ring_offset, chunk_kv, dims, selected, topk, page_offset, rows_per_page, rows);
 }
 
 void fill_key_rows(const StepView& st, const int* key_seq_begin, int max_keys_per_seq, int ratio, size_t page_offset,

@@ -75,10 +75,10 @@ void store_page_rows(const StepView& st, const NewRow* rows, int R, const float*
 // then its compressed rows: all (pos + 1) / ratio of them when `selected` is null (HCA), else
 // selected[t * topk + j] for j < row_begin[t + 1] - row_begin[t] - window rows (CSA). Compressed
 // row r is in page block_tables[bt_begin + r / rows_per_page] at page_offset + (r % rows_per_page) *
-// row bytes. ratio 0: sliding-only layer.
+// row bytes. Sliding-only layers have no compressed rows.
 void fill_attention_rows(const StepView& st, const int* row_begin, size_t ring_offset, const bf16* chunk_kv, int dims,
-                         int ratio, const int* selected, int topk, size_t page_offset, int rows_per_page,
-                         const bf16** rows, cudaStream_t stream);
+                         const int* selected, int topk, size_t page_offset, int rows_per_page, const bf16** rows,
+                         cudaStream_t stream);
 // Indexer key lists: sequence s's keys 0 .. (start + count) / ratio - 1 go to keys[key_seq_begin[s] ..).
 void fill_key_rows(const StepView& st, const int* key_seq_begin, int max_keys_per_seq, int ratio, size_t page_offset,
                    int rows_per_page, int dims, const bf16** keys, cudaStream_t stream);
