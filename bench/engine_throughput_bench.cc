@@ -1,10 +1,13 @@
-// Offline throughput of the engine on the CPU backend at 1..64 concurrent requests.
+// Offline throughput of the engine at 1, 2, 4, ... concurrent requests, on the CPU or the GPU.
 //
-//   ./build/deepinfer_bench_engine [--model DIR] [--prompt-len N] [--output-len N] [--max-concurrency N]
+//   ./build/deepinfer_bench_engine [--model DIR] [--device cpu|cuda] [--prompt-len N] [--output-len N]
+//                                  [--max-concurrency N] [--cache-mib N] [--threads N] [--json]
 //
 // For each concurrency c: c requests (random prompt ids, fixed seed), greedy, ignore_eos, all
 // submitted at once; prints wall time, output tokens/s, total (prompt + output) tokens/s, mean
-// time to first token and mean time per output token. Async scheduling on (the default).
+// time to first token and mean time per output token. Async scheduling on (the default). With
+// --json, one JSON line per concurrency instead of the table (tools/gpu/report.py reads them: output
+// tokens/s per GPU against tokens/s per user = 1 / time per output token).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -17,9 +20,21 @@
 int main(int argc, char** argv) {
   deepinfer::EngineOptions o;
   int prompt_len = 64, output_len = 64, max_c = 64;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool json = false;
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
+    if (k == "--json") {
+      json = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "option %s needs a value\n", argv[i]);
+      return 2;
+    }
     if (k == "--model") o.model = argv[i + 1];
+    else if (k == "--device") o.device = argv[i + 1];
+    else if (k == "--cache-mib") o.cache_bytes = std::stoll(argv[i + 1]) << 20;
     else if (k == "--prompt-len") prompt_len = std::stoi(argv[i + 1]);
     else if (k == "--output-len") output_len = std::stoi(argv[i + 1]);
     else if (k == "--max-concurrency") max_c = std::stoi(argv[i + 1]);
@@ -36,11 +51,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const deepinfer::EngineStats st = (*llm)->stats();
-  std::printf("model: %s\nstate cache: slot %lld bytes/request, page %lld bytes per %d positions, %d pages\n",
+  if (!json) std::printf("model: %s\nstate cache: slot %lld bytes/request, page %lld bytes per %d positions, %d pages\n",
               (*llm)->description().c_str(), static_cast<long long>(st.slot_bytes), static_cast<long long>(st.page_bytes),
               st.block_size, st.num_blocks);
-  std::printf("prompt %d tokens, output %d tokens, greedy\n", prompt_len, output_len);
-  std::printf("%11s %9s %13s %13s %10s %10s\n", "concurrency", "wall_s", "out_tok/s", "total_tok/s", "ttft_ms", "tpot_ms");
+  if (!json) std::printf("prompt %d tokens, output %d tokens, greedy, device %s\n", prompt_len, output_len,
+                         st.device.c_str());
+  if (!json) std::printf("%11s %9s %13s %13s %10s %10s\n", "concurrency", "wall_s", "out_tok/s", "total_tok/s", "ttft_ms", "tpot_ms");
   std::mt19937 rng(1);
   const int V = (*llm)->vocab_size();
   for (int c = 1; c <= max_c; c *= 2) {
@@ -67,8 +83,14 @@ int main(int argc, char** argv) {
       ttft += r.time_to_first_token;
       tpot += r.time_per_output_token;
     }
-    std::printf("%11d %9.3f %13.1f %13.1f %10.1f %10.2f\n", c, wall, out_tokens / wall,
-                (out_tokens + static_cast<double>(c) * prompt_len) / wall, 1e3 * ttft / c, 1e3 * tpot / c);
+    if (json)
+      std::printf("{\"bench\":\"engine\",\"device\":\"%s\",\"concurrency\":%d,\"prompt\":%d,\"output\":%d,"
+                  "\"wall_s\":%.4f,\"out_tok_s\":%.2f,\"total_tok_s\":%.2f,\"ttft_ms\":%.3f,\"tpot_ms\":%.4f}\n",
+                  (*llm)->stats().device.c_str(), c, prompt_len, output_len, wall, out_tokens / wall,
+                  (out_tokens + static_cast<double>(c) * prompt_len) / wall, 1e3 * ttft / c, 1e3 * tpot / c);
+    else
+      std::printf("%11d %9.3f %13.1f %13.1f %10.1f %10.2f\n", c, wall, out_tokens / wall,
+                  (out_tokens + static_cast<double>(c) * prompt_len) / wall, 1e3 * ttft / c, 1e3 * tpot / c);
     std::fflush(stdout);
   }
   return 0;

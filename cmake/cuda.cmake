@@ -74,13 +74,15 @@ endif()
 if(DEEPINFER_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)
+  # Same cache variable as tests/CMakeLists.txt (the GPU-only tree does not read that file).
+  set(DEEPINFER_FIXTURES_DIR "${PROJECT_SOURCE_DIR}/../shared/fixtures" CACHE PATH "reference fixtures")
   # PRE_TEST: the test list is read when ctest runs, never by running the binary at build time
   # (building happens on machines without a GPU).
   function(deepinfer_cuda_test name)
     add_executable(${name} ${ARGN})
     target_link_libraries(${name} PRIVATE deepinfer_backend_cuda GTest::gtest_main)
     target_compile_definitions(${name} PRIVATE
-      DEEPINFER_FIXTURES_DIR="${PROJECT_SOURCE_DIR}/../shared/fixtures"
+      DEEPINFER_FIXTURES_DIR="${DEEPINFER_FIXTURES_DIR}"
       DEEPINFER_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
       DEEPINFER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
     gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cuda)
@@ -89,6 +91,7 @@ if(DEEPINFER_TESTS)
   deepinfer_cuda_test(deepinfer_cuda_attention_tests tests/cuda/attention_test.cc)
   deepinfer_cuda_test(deepinfer_cuda_ops_tests tests/cuda/ops_test.cc)
   deepinfer_cuda_test(deepinfer_cuda_model_tests tests/cuda/model_test.cc)
+  deepinfer_cuda_test(deepinfer_cuda_fixture_tests tests/cuda/fixture_test.cc)
 endif()
 
 # GPU benchmarks (run by tools/gpu/run_all.sh on the H200).
@@ -98,3 +101,8 @@ add_executable(deepinfer_bench_model bench/cuda/model_bench.cc)
 target_link_libraries(deepinfer_bench_model PRIVATE deepinfer_backend_cuda)
 add_executable(deepinfer_bench_attention bench/cuda/attention_bench.cc)
 target_link_libraries(deepinfer_bench_attention PRIVATE deepinfer_cuda_attention)
+
+# Further kernel families, one file each (their own libraries, tests and benchmarks).
+include(${CMAKE_CURRENT_LIST_DIR}/cuda_wgmma.cmake OPTIONAL)
+include(${CMAKE_CURRENT_LIST_DIR}/cuda_fp8.cmake OPTIONAL)
+include(${CMAKE_CURRENT_LIST_DIR}/cuda_kv_fp8.cmake OPTIONAL)

@@ -9,7 +9,10 @@
 // real context of C tokens would make it read, at a fraction of the set-up time.
 //
 // Usage: deepinfer_bench_model --config CONFIG.json [--batches 1,8,64,256] [--contexts 1024,32768]
-//        [--prefill 512,4096,32768] [--steps 20]
+//        [--prefill 512,4096,32768] [--steps 20] [--profile 1]
+// --profile 1 brackets the last decode step of each (batch, context) and the last prefill with
+// cudaProfilerStart/Stop, for `ncu --profile-from-start off` (tools/gpu/profile.sh).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<int> batches = {1, 8, 64, 256}, contexts = {1024, 32768}, prefills = {512, 4096, 32768};
   int steps = 20;
+  bool profile = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--config") config_path = v;
@@ -101,6 +105,7 @@ int main(int argc, char** argv) {
     else if (a == "--contexts") contexts = parse_list(v);
     else if (a == "--prefill") prefills = parse_list(v);
     else if (a == "--steps") steps = std::stoi(v);
+    else if (a == "--profile") profile = std::stoi(v) != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -122,14 +127,14 @@ int main(int argc, char** argv) {
   std::printf("{\"kind\":\"bandwidth\",\"gbs\":%.1f}\n", copy_bandwidth_gbs());
   std::fflush(stdout);
 
-  const int max_batch = *std::max_element(batches.begin(), batches.end());
-  const int max_ctx = std::max(*std::max_element(contexts.begin(), contexts.end()) + steps + 8,
-                               *std::max_element(prefills.begin(), prefills.end()));
+  auto largest = [](const std::vector<int>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); };
+  const int max_batch = std::max(1, largest(batches));
+  const int max_ctx = std::max(largest(contexts) + steps + 8, largest(prefills));
   const int block = deepinfer::model::default_block_size(c);
   const int pages_per_seq = (max_ctx + block - 1) / block;
   // Pages: enough for max_batch sequences at the largest decode context (they share the pool
   // across runs; a run's sequences use disjoint pages).
-  const int max_dec_ctx = *std::max_element(contexts.begin(), contexts.end()) + steps + 8;
+  const int max_dec_ctx = largest(contexts) + steps + 8;
   const int dec_pages = (max_dec_ctx + block - 1) / block;
   CudaModelOptions opt;
   opt.num_slots = max_batch;
@@ -169,9 +174,12 @@ int main(int argc, char** argv) {
           tok[b][0] = static_cast<int32_t>((b * 7919 + s * 104729) % c.vocab_size);
           batch[b] = SeqChunk{tok[b], static_cast<int64_t>(ctx + s), b, tables[b], LogitRows::kLast};
         }
+        const bool profiled = profile && s == steps + 2;
+        if (profiled) cudaProfilerStart();
         const auto a = std::chrono::steady_clock::now();
         const auto st = m.forward(batch, &logits);
         const auto e = std::chrono::steady_clock::now();
+        if (profiled) cudaProfilerStop();
         if (!st.is_ok()) {
           std::fprintf(stderr, "decode B=%d ctx=%d: %s\n", B, ctx, st.to_string().c_str());
           return 1;
@@ -220,6 +228,7 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 3; ++rep) {
       m.reset_slot(0);
       std::vector<float> logits;
+      if (profile && rep == 2) cudaProfilerStart();
       const auto a = std::chrono::steady_clock::now();
       for (int b = 0; b < n; b += opt.max_step_tokens) {
         const int len = std::min(opt.max_step_tokens, n - b);
@@ -231,6 +240,7 @@ int main(int argc, char** argv) {
         }
       }
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+      if (profile && rep == 2) cudaProfilerStop();
     }
     std::sort(ms.begin(), ms.end());
     // FLOPs: 2 x the weights a token multiplies (dense minus the head, plus K routed experts; the

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Per-kernel GPU time of one decode step (batch 1, 64, 256 at context 1k) and one 4k prefill on
+# v4-mid, with Nsight Compute (ncu; no replay of caches or clocks: --cache-control none,
+# --clock-control none). Needs a built tree (tools/gpu/run_all.sh build).
+#
+#   tools/gpu/profile.sh [OUT_DIR] [BUILD_DIR]      -> OUT_DIR/profile.md
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-out/gpu}
+build=${2:-build-gpu}
+mkdir -p "$out"
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+[ -n "$ncu" ] || { echo "no ncu"; exit 1; }
+run() {  # name, model bench args
+  local name=$1; shift
+  "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
+    --cache-control none --clock-control none \
+    $build/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json --steps 3 --profile 1 "$@" \
+    >"$out/prof_$name.csv" 2>"$out/prof_$name.err" || tail -3 "$out/prof_$name.err"
+}
+run decode_b1 --batches 1 --contexts 1024 --prefill ""
+run decode_b64 --batches 64 --contexts 1024 --prefill ""
+run decode_b256 --batches 256 --contexts 1024 --prefill ""
+run prefill_4k --batches "" --contexts "" --prefill 4096
+python3 tools/gpu/profile_table.py "$out"/prof_*.csv >"$out/profile.md"
+cat "$out/profile.md"
