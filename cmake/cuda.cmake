@@ -58,12 +58,16 @@ endfunction()
 deepinfer_cuda_part(deepinfer_cuda_gemm src/backend/cuda/gemm.cu)
 deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu)
 deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu)
+# The FP8 KV cache: FP8 KV row / FP4 indexer key encoders and the release indexer over FP4 keys (the
+# attention-side readers live in deepinfer_cuda_attention).
+deepinfer_cuda_part(deepinfer_cuda_kv_fp8 src/backend/cuda/kv_fp8.cu)
+target_link_libraries(deepinfer_cuda_kv_fp8 PUBLIC deepinfer_cuda_attention)
 
 # The V4 forward on the GPU (device weights, device state cache, step orchestration).
 deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/v4_kernels.cu
                     src/backend/cuda/release_kernels.cu)
 target_link_libraries(deepinfer_backend_cuda PUBLIC deepinfer_cuda_gemm deepinfer_cuda_attention deepinfer_cuda_ops
-                                                    deepinfer_model)
+                                                    deepinfer_cuda_kv_fp8 deepinfer_model)
 
 # The engine can run its steps on the GPU (EngineOptions::device = "cuda").
 if(TARGET deepinfer_engine)
@@ -92,6 +96,7 @@ if(DEEPINFER_TESTS)
   deepinfer_cuda_test(deepinfer_cuda_ops_tests tests/cuda/ops_test.cc)
   deepinfer_cuda_test(deepinfer_cuda_model_tests tests/cuda/model_test.cc)
   deepinfer_cuda_test(deepinfer_cuda_fixture_tests tests/cuda/fixture_test.cc)
+  deepinfer_cuda_test(deepinfer_cuda_kv_fp8_tests tests/cuda/kv_fp8_test.cc)
 endif()
 
 # GPU benchmarks (run by tools/gpu/run_all.sh on the H200).
@@ -103,6 +108,4 @@ add_executable(deepinfer_bench_attention bench/cuda/attention_bench.cc)
 target_link_libraries(deepinfer_bench_attention PRIVATE deepinfer_cuda_attention)
 
 # Further kernel families, one file each (their own libraries, tests and benchmarks).
-include(${CMAKE_CURRENT_LIST_DIR}/cuda_wgmma.cmake OPTIONAL)
 include(${CMAKE_CURRENT_LIST_DIR}/cuda_fp8.cmake OPTIONAL)
-include(${CMAKE_CURRENT_LIST_DIR}/cuda_kv_fp8.cmake OPTIONAL)

@@ -4,6 +4,8 @@
 //   {"kind":"bandwidth", "gbs":...}                        device-to-device copy of 4 GB
 //   {"kind":"decode", "batch":B, "context":C, "step_ms":..., "tok_s":..., "weight_bytes":..., "kv_bytes":...}
 //   {"kind":"prefill", "tokens":N, "ms":..., "tok_s":..., "flops":...}
+// Decode steps take each sequence's greedy token on the GPU (CudaModel::forward's `greedy` output,
+// what the engine does for greedy requests): 8 bytes per sequence come back, not a vocabulary row.
 // Decode at context C starts each sequence at position C over a zero-filled state cache instead
 // of prefilling it first: the step reads exactly the rows (window, compressed, indexer keys) a
 // real context of C tokens would make it read, at a fraction of the set-up time.
@@ -166,7 +168,7 @@ int main(int argc, char** argv) {
         for (int p = 0; p < dec_pages; ++p) tables[b].push_back(b * dec_pages + p);
         m.reset_slot(b);
       }
-      std::vector<float> logits;
+      std::vector<deepinfer::backend::cuda::GreedyToken> greedy;
       std::vector<double> ms;
       for (int s = 0; s < steps + 3; ++s) {
         std::vector<SeqChunk> batch(B);
@@ -177,7 +179,7 @@ int main(int argc, char** argv) {
         const bool profiled = profile && s == steps + 2;
         if (profiled) cudaProfilerStart();
         const auto a = std::chrono::steady_clock::now();
-        const auto st = m.forward(batch, &logits);
+        const auto st = m.forward(batch, nullptr, &greedy);
         const auto e = std::chrono::steady_clock::now();
         if (profiled) cudaProfilerStop();
         if (!st.is_ok()) {

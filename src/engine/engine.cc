@@ -123,11 +123,11 @@ class LLMImpl final : public LLM {
 #endif
     model::KvCacheDtype kv_dtype =
         model::resolve_kv_cache_dtype(o.kv_cache_dtype, e->numerics_ == model::Numerics::kRelease);
-    if (cuda) {  // the CUDA backend stores KV rows as bf16
-      if (o.kv_cache_dtype != "auto" && kv_dtype != model::KvCacheDtype::kBF16)
-        return Status::unsupported("device cuda stores the KV cache as bfloat16; kv_cache_dtype '" + o.kv_cache_dtype +
-                                   "' is not available there yet");
-      kv_dtype = model::KvCacheDtype::kBF16;
+    if (cuda) {  // the CUDA backend stores KV rows as bfloat16 (auto) or fp8
+      if (o.kv_cache_dtype == "auto") kv_dtype = model::KvCacheDtype::kBF16;
+      if (kv_dtype == model::KvCacheDtype::kF32)
+        return Status::unsupported("device cuda stores the KV cache as bfloat16 or fp8; kv_cache_dtype '" +
+                                   o.kv_cache_dtype + "' is CPU-only");
     }
     if (o.max_num_seqs < 1) return Status::invalid_argument("max_num_seqs must be at least 1");
     if (o.max_num_batched_tokens < 1) return Status::invalid_argument("max_num_batched_tokens must be at least 1");
@@ -175,9 +175,19 @@ class LLMImpl final : public LLM {
       co.max_step_tokens = o.max_num_batched_tokens;
       co.max_logit_rows = o.max_num_seqs;
       co.max_model_len = static_cast<int>(e->max_model_len_);
+      co.kv_cache_dtype = kv_dtype;
       DI_ASSIGN_OR_RETURN(e->cuda_, backend::cuda::CudaModel::create(c, e->model_->weights, e->numerics_, co));
       backend::cuda::CudaModel* m = e->cuda_.get();
-      forward = [m](std::span<const model::SeqChunk> b, std::vector<float>* l) { return m->forward(b, l); };
+      forward = [m, greedy = std::vector<backend::cuda::GreedyToken>()](
+                    std::span<const model::SeqChunk> b, std::vector<float>* l,
+                    std::vector<engine::GreedyRow>* g) mutable -> Status {
+        DI_RETURN_IF_ERROR(m->forward(b, l, g ? &greedy : nullptr));
+        if (g) {
+          g->resize(greedy.size());
+          for (size_t i = 0; i < greedy.size(); ++i) (*g)[i] = engine::GreedyRow{greedy[i].token, greedy[i].logprob};
+        }
+        return Status::ok();
+      };
     }
 #endif
     if (!cuda) {
@@ -186,11 +196,11 @@ class LLMImpl final : public LLM {
       e->net_ = std::make_unique<model::DeepSeekV4>(c, e->model_->weights, *e->backend_, e->numerics_);
       model::DeepSeekV4* net = e->net_.get();
       model::StateStorage* storage = e->storage_.get();
-      forward = [net, storage](std::span<const model::SeqChunk> b, std::vector<float>* l) {
+      forward = [net, storage](std::span<const model::SeqChunk> b, std::vector<float>* l, std::vector<engine::GreedyRow>*) {
         return net->forward(b, *storage, l);
       };
     }
-    e->runner_ = std::make_unique<engine::ModelRunner>(std::move(forward), c.vocab_size);
+    e->runner_ = std::make_unique<engine::ModelRunner>(std::move(forward), c.vocab_size, /*device_greedy=*/cuda);
     sched::SchedulerOptions so;
     so.max_num_seqs = o.max_num_seqs;
     so.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -314,6 +324,7 @@ class LLMImpl final : public LLM {
     info->sampling.frequency_penalty = params.frequency_penalty;
     info->sampling.seed = seed;
     info->sampling.num_logprobs = params.logprobs ? *params.logprobs : 0;
+    info->reports_logprobs = params.logprobs.has_value();
     info->num_prompt_tokens = static_cast<int>(ids.size());
     info->min_tokens = params.min_tokens;
     info->min_tokens_banned = params.stop_token_ids;

@@ -4,7 +4,21 @@
 
 namespace deepinfer::engine {
 
-ModelRunner::ModelRunner(ForwardFn forward, int vocab_size) : forward_(std::move(forward)), vocab_size_(vocab_size) {}
+ModelRunner::ModelRunner(ForwardFn forward, int vocab_size, bool device_greedy)
+    : forward_(std::move(forward)), vocab_size_(vocab_size), device_greedy_(device_greedy) {}
+
+namespace {
+
+// Sampling that is a plain argmax of the raw logits for this token (sample_token's greedy branch
+// with nothing to patch or ban) and reports nothing else.
+bool plain_greedy(const RunnerRequestInfo& info, size_t outputs_so_far) {
+  const sample::SamplingConfig& s = info.sampling;
+  return !(s.temperature > 0.0f) && s.num_logprobs == 0 && !info.reports_logprobs && s.repetition_penalty == 1.0f &&
+         s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
+         (static_cast<int>(outputs_so_far) >= info.min_tokens || info.min_tokens_banned.empty());
+}
+
+}  // namespace
 
 Result<core::ModelOutput> ModelRunner::execute(const StepInput& in) {
   const core::SchedulerOutput& so = in.sched;
@@ -42,13 +56,31 @@ Result<core::ModelOutput> ModelRunner::execute(const StepInput& in) {
   core::ModelOutput out;
   out.step = so.step;
   if (batch.empty()) return out;
-  DI_RETURN_IF_ERROR(forward_(batch, &logits_));
-
-  // Sample: a pure function per request, so requests can be sampled in parallel.
   std::vector<size_t> sampling;
   for (size_t i = 0; i < so.requests.size(); ++i)
     if (so.requests[i].samples) sampling.push_back(i);
   out.sampled.resize(sampling.size());
+
+  bool greedy_on_device = device_greedy_ && !sampling.empty();
+  for (size_t k = 0; k < sampling.size() && greedy_on_device; ++k) {
+    const RequestState& rs = *states[sampling[k]];
+    greedy_on_device = plain_greedy(*rs.info, rs.tokens.size() - static_cast<size_t>(rs.info->num_prompt_tokens));
+  }
+  if (greedy_on_device) {
+    DI_RETURN_IF_ERROR(forward_(batch, nullptr, &greedy_));
+    DI_CHECK(greedy_.size() == sampling.size(), "forward returned %zu greedy rows for %zu sampling requests",
+             greedy_.size(), sampling.size());
+    for (size_t k = 0; k < sampling.size(); ++k) {
+      out.sampled[k].id = so.requests[sampling[k]].id;
+      out.sampled[k].token = greedy_[k].token;
+      out.sampled[k].logprob = greedy_[k].logprob;
+      states[sampling[k]]->tokens.push_back(greedy_[k].token);
+    }
+    return out;
+  }
+  DI_RETURN_IF_ERROR(forward_(batch, &logits_, nullptr));
+
+  // Sample: a pure function per request, so requests can be sampled in parallel.
   const int V = vocab_size_;
 #pragma omp parallel for schedule(dynamic) if (sampling.size() > 4)
   for (size_t k = 0; k < sampling.size(); ++k) {

@@ -28,6 +28,7 @@ struct RunnerRequestInfo {
   int num_prompt_tokens = 0;
   int min_tokens = 0;                  // ban `min_tokens_banned` until this many outputs exist
   std::vector<int32_t> min_tokens_banned;
+  bool reports_logprobs = false;       // the request asked for logprobs (even 0 top entries)
 };
 
 struct StepInput {
@@ -36,13 +37,26 @@ struct StepInput {
   std::map<core::RequestId, std::shared_ptr<const RunnerRequestInfo>> new_infos;
 };
 
+// A logits row's greedy token (argmax, lowest id on ties) and its raw log-probability, computed
+// where the logits are (the CUDA backend: only these 8 bytes per row reach the host).
+struct GreedyRow {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
 // One batched forward over the state cache (model::DeepSeekV4::forward's contract): the CPU
-// backend's DeepSeekV4 + StateStorage, or the CUDA backend's CudaModel.
-using ForwardFn = std::function<Status(std::span<const model::SeqChunk>, std::vector<float>*)>;
+// backend's DeepSeekV4 + StateStorage, or the CUDA backend's CudaModel. Either output may be null;
+// `greedy` is only asked of a forward made with device_greedy (ModelRunner's constructor).
+using ForwardFn =
+    std::function<Status(std::span<const model::SeqChunk>, std::vector<float>* logits, std::vector<GreedyRow>* greedy)>;
 
 class ModelRunner {
  public:
-  ModelRunner(ForwardFn forward, int vocab_size);
+  // device_greedy: the forward can return greedy rows instead of logits. A step whose sampling
+  // requests are all plain greedy (temperature 0, no penalties, no logprobs, no banned tokens at this
+  // position) then takes them instead of the logits; the token is the one the host sampler would
+  // pick from the same logits (same argmax and tie rule).
+  ModelRunner(ForwardFn forward, int vocab_size, bool device_greedy = false);
 
   // Executes one step. An error here is a bug or a broken invariant (requests are validated
   // before they are scheduled); the engine reports it on every request of the step.
@@ -58,6 +72,8 @@ class ModelRunner {
 
   ForwardFn forward_;
   int vocab_size_ = 0;
+  bool device_greedy_ = false;
+  std::vector<GreedyRow> greedy_;
   std::map<core::RequestId, RequestState> requests_;
   std::vector<float> logits_;
 };

@@ -418,7 +418,8 @@ INSTANTIATE_TEST_SUITE_P(
                       IndexerCase{"real_long", 64, 128, {70000, 1}},
                       IndexerCase{"h3_d32", 3, 32, {65, 200}},
                       IndexerCase{"h80_d256", 80, 256, {300, 1, 129}},  // two head blocks
-                      IndexerCase{"h64_d96", 64, 96, {777}}),
+                      IndexerCase{"h64_d96", 64, 96, {777}},
+                      IndexerCase{"h8_d16", 8, 16, {3, 40, 130}}),  // the tiny fixtures' indexer
     [](const ::testing::TestParamInfo<IndexerCase>& info) { return info.param.name; });
 
 // ---- top-k -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 // from the reference by some amount; the GPU may be off by at most a small multiple of that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -142,11 +143,12 @@ Measured run_fixture(const std::string& dir, const char* what, model::Numerics n
 
 std::string fixture(const char* name) { return std::string(DEEPINFER_FIXTURES_DIR) + "/" + name; }
 
-// The GPU within 1.5x of the model's own bf16 sensitivity (rel rms), and the argmax kept on at
-// least 90% of the rows.
+// The GPU within 1.5x of the model's own bf16 sensitivity (rel rms), and its argmax agreeing with
+// the reference on as many rows as the bf16-perturbed CPU does, give or take 2% of the rows. (The
+// bf16 oracle's own rows carry bf16 noise: there the CPU, perturbed, keeps ~88% of the argmaxes.)
 void expect_within_sensitivity(const Measured& m) {
   EXPECT_LE(m.gpu.rel_rms, 1.5 * m.noise.rel_rms + 1e-3);
-  EXPECT_GE(m.gpu.argmax_equal, m.gpu.rows * 9 / 10);
+  EXPECT_GE(m.gpu.argmax_equal, m.noise.argmax_equal - std::max(2, m.gpu.rows / 50));
 }
 
 TEST(CudaFixtures, TinyTransformersFixturesEndToEnd) {

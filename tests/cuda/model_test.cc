@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -284,10 +285,10 @@ TEST(CudaModel, DecodeGraphsReplayBitwiseLikeEagerSteps) {
 TEST(CudaModel, UnsupportedDimensionsAreNamed) {
   ModelConfig c = model::default_model_config();
   const ModelWeights w = model::default_model_weights(c, 1);
-  c.index_head_dim = 16;  // the exact indexer kernel takes multiples of 32
+  c.index_head_dim = 24;  // the exact indexer kernel takes multiples of 16
   auto r = CudaModel::create(c, w, model::Numerics::kExact, CudaModelOptions{});
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("index_head_dim = 16"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("index_head_dim = 24"), std::string::npos) << r.status().to_string();
   c = model::default_model_config();
   c.head_dim = 32;
   r = CudaModel::create(c, w, model::Numerics::kExact, CudaModelOptions{});
@@ -354,17 +355,19 @@ void make_fp8_checkpoint(ModelWeights& w) {
 // a 1/16 step), so the bound is the model's own amplification of a one-ulp nudge, measured on the
 // CPU in the same test; the GPU's remaining differences are summation orders and its bf16
 // attention probabilities.
-void release_vs_cpu(const ModelConfig& c, uint64_t seed, int tokens, size_t chunk, int blocks, const char* what) {
+void release_vs_cpu(const ModelConfig& c, uint64_t seed, int tokens, size_t chunk, int blocks, const char* what,
+                    model::KvCacheDtype kv = model::KvCacheDtype::kBF16) {
   ModelWeights w = model::default_model_weights(c, seed);
   round_gemm_weights_to_bf16(w);
   make_fp8_checkpoint(w);
   const std::vector<int32_t> seq = random_tokens(tokens, c.vocab_size, 17);
   const auto R = model::Numerics::kRelease;
-  const std::vector<float> want = cpu_logits(c, w, seq, chunk, blocks, false, R);
-  const Diff noise = compare(cpu_logits(c, w, seq, chunk, blocks, false, R, true), want, c.vocab_size);
+  const std::vector<float> want = cpu_logits(c, w, seq, chunk, blocks, false, R, false, kv);
+  const Diff noise = compare(cpu_logits(c, w, seq, chunk, blocks, false, R, true, kv), want, c.vocab_size);
   CudaModelOptions opt;
   opt.num_blocks = blocks;
   opt.max_logit_rows = tokens;
+  opt.kv_cache_dtype = kv;
   auto gpu = CudaModel::create(c, w, R, opt);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
   const Diff d = compare(gpu_logits(**gpu, seq, chunk, 0, blocks), want, c.vocab_size);
@@ -383,6 +386,77 @@ TEST(CudaModel, ReleaseNumericsMatchTheCpuBackendAtRealDimensions) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ModelConfig c = v4_flash_dims_two_layers();
   release_vs_cpu(c, 77, 300, 100, 2, "GPU release vs CPU release (V4-Flash dims, FP8 weights, 300 tokens)");
+}
+
+// The FP8 KV cache (FP8 KV rows, FP4 indexer keys) on the GPU: encoded as the CPU encodes them and
+// read dequantized, so the GPU with an fp8 cache tracks the CPU with an fp8 cache like the bf16
+// cases above (release numerics: the validated setup of the official code).
+TEST(CudaModel, Fp8KvCacheMatchesTheCpuBackend) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  release_vs_cpu(model::default_model_config(), 1234, 150, 0, 4,
+                 "GPU release + fp8 cache vs CPU release + fp8 cache (embedded model)", model::KvCacheDtype::kFP8);
+  release_vs_cpu(v4_flash_dims_two_layers(), 77, 300, 100, 2,
+                 "GPU release + fp8 cache vs CPU release + fp8 cache (V4-Flash dims, 300 tokens)",
+                 model::KvCacheDtype::kFP8);
+}
+
+// Batch invariance holds with the fp8 cache too: prefill == chunks == token-by-token decode, bit for
+// bit, in both numerics.
+TEST(CudaModel, Fp8KvCacheKeepsPrefillChunkedAndDecodeBitwiseEqual) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ModelConfig c = model::default_model_config();
+  const ModelWeights w = model::default_model_weights(c, 99);
+  for (model::Numerics numerics : {model::Numerics::kExact, model::Numerics::kRelease}) {
+    CudaModelOptions opt;
+    opt.num_blocks = 4;
+    opt.kv_cache_dtype = model::KvCacheDtype::kFP8;
+    auto gpu = CudaModel::create(c, w, numerics, opt);
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    const std::vector<int32_t> seq = random_tokens(120, c.vocab_size, 3);
+    const std::vector<float> whole = gpu_logits(**gpu, seq, 0, 0, opt.num_blocks);
+    for (size_t chunk : {1u, 7u, 32u}) {
+      const std::vector<float> parts = gpu_logits(**gpu, seq, chunk, 0, opt.num_blocks);
+      ASSERT_EQ(parts.size(), whole.size());
+      EXPECT_EQ(std::memcmp(parts.data(), whole.data(), whole.size() * 4), 0)
+          << model::numerics_name(numerics) << ", chunk " << chunk;
+    }
+  }
+}
+
+// Greedy tokens computed on the GPU equal the argmax of the logits rows the same step returns, and
+// the log-probability is the raw log-softmax value (checked in double on the host).
+TEST(CudaModel, GreedyOnTheGpuIsTheArgmaxOfTheLogits) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ModelConfig c = model::default_model_config();
+  const ModelWeights w = model::default_model_weights(c, 8);
+  CudaModelOptions opt;
+  opt.num_slots = 4;
+  opt.num_blocks = 16;
+  auto gpu = CudaModel::create(c, w, model::Numerics::kExact, opt);
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<std::vector<int>> tables;
+  std::vector<SeqChunk> batch;
+  for (int i = 0; i < 4; ++i) {
+    seqs.push_back(random_tokens(20 + 9 * i, c.vocab_size, 40 + i));
+    tables.push_back({4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3});
+  }
+  for (int i = 0; i < 4; ++i)
+    batch.push_back(SeqChunk{seqs[i], 0, i, tables[i], i == 2 ? LogitRows::kAll : LogitRows::kLast});
+  std::vector<float> logits;
+  std::vector<GreedyToken> greedy;
+  ASSERT_TRUE((*gpu)->forward(batch, &logits, &greedy).is_ok());
+  const int rows = static_cast<int>(logits.size() / c.vocab_size);
+  ASSERT_EQ(rows, 3 + 38);
+  ASSERT_EQ(static_cast<int>(greedy.size()), rows);
+  for (int r = 0; r < rows; ++r) {
+    const float* x = &logits[static_cast<size_t>(r) * c.vocab_size];
+    const int best = static_cast<int>(std::max_element(x, x + c.vocab_size) - x);  // first max: lowest id
+    double mx = x[best], sum = 0;
+    for (int v = 0; v < c.vocab_size; ++v) sum += std::exp(static_cast<double>(x[v]) - mx);
+    EXPECT_EQ(greedy[r].token, best) << "row " << r;
+    EXPECT_NEAR(greedy[r].logprob, static_cast<double>(x[best]) - mx - std::log(sum), 1e-4) << "row " << r;
+  }
 }
 
 }  // namespace

@@ -115,7 +115,8 @@ inline std::vector<int> identity_table(int n) {
 // size the GPU's bf16 GEMM inputs make, to measure how strongly a model amplifies such noise.
 inline std::vector<float> cpu_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int32_t>& seq,
                               size_t chunk, int blocks, bool bf16_activations = false,
-                              model::Numerics numerics = model::Numerics::kExact, bool nudge = false) {
+                              model::Numerics numerics = model::Numerics::kExact, bool nudge = false,
+                              model::KvCacheDtype kv_dtype = model::KvCacheDtype::kBF16) {
   auto backend = make_cpu_backend();
   model::DeepSeekV4 net(c, w, *backend, numerics);
   if (bf16_activations) net.set_tap([](const std::string&, float* d, size_t n) { model::round_bf16(d, n); });
@@ -126,7 +127,7 @@ inline std::vector<float> cpu_logits(const ModelConfig& c, const ModelWeights& w
       if (name == "L0.attn_in")
         for (size_t i = 0; i < n; ++i) d[i] = model::round_bf16(d[i] * (1.0f + 1.0f / 256.0f));
     });
-  auto shape = model::make_state_cache_shape(c, model::default_block_size(c), model::KvCacheDtype::kBF16);
+  auto shape = model::make_state_cache_shape(c, model::default_block_size(c), kv_dtype);
   EXPECT_TRUE(shape.is_ok());
   model::StateStorage cache(*shape, 1, blocks);
   const std::vector<int> table = identity_table(blocks);

@@ -129,7 +129,7 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 TEST(CudaOps, ZeroRowsLaunchNothing) {
   SKIP_WITHOUT_CUDA_DEVICE();
   rms_norm(nullptr, 0, 4096, nullptr, 1e-6f, nullptr, nullptr, nullptr);
-  hc_pre(nullptr, 0, 4, 4096, nullptr, nullptr, nullptr, 20, 1e-6f, 1e-6f, nullptr, nullptr, nullptr, nullptr);
+  hc_pre(nullptr, 0, 4, 4096, nullptr, nullptr, nullptr, 20, 1e-6f, 1e-6f, nullptr, nullptr, nullptr, nullptr, nullptr);
   hc_post(nullptr, nullptr, 0, 4, 4096, nullptr, nullptr, nullptr);
   moe_route(nullptr, 0, 256, 6, Scoring::kSqrtSoftplus, nullptr, nullptr, nullptr, 1.0f, nullptr, nullptr, nullptr);
   moe_permute(nullptr, nullptr, 0, 6, 256, nullptr, nullptr, nullptr, nullptr, nullptr);
@@ -320,8 +320,9 @@ HcOut run_hc_pre(const HcData& d, int M, int iters, size_t offset = 0) {
   DeviceBuffer<float> d_X(d.X, offset), d_fn(d.w.fn.data, offset), d_base(d.w.base), d_scale(d.w.scale);
   DeviceBuffer<float> d_col(static_cast<size_t>(M) * d.D, offset), d_post(static_cast<size_t>(M) * d.hc);
   DeviceBuffer<float> d_comb(static_cast<size_t>(M) * d.hc * d.hc);
+  DeviceBuffer<float> d_ws(hc_workspace_bytes(M, d.hc, d.D, false) / sizeof(float));
   hc_pre(d_X.get(), M, d.hc, d.D, d_fn.get(), d_base.get(), d_scale.get(), iters, 1e-6f, 1e-6f, d_col.get(),
-         d_post.get(), d_comb.get(), nullptr);
+         d_post.get(), d_comb.get(), d_ws.get(), nullptr);
   sync();
   return {d_col.download(), d_post.download(), d_comb.download()};
 }
@@ -426,8 +427,9 @@ TEST(CudaOps, HcHeadMatchesCpuBackend) {
 
     DeviceBuffer<float> d_X(d.X), d_fn(d.w.fn.data), d_base(d.w.base), d_scale(d.w.scale), d_out(want.size());
     DeviceBuffer<int> d_rows(rows);
+    DeviceBuffer<float> d_ws(hc_workspace_bytes(R, c.hc, c.D, true) / sizeof(float));
     hc_head(d_X.get(), d_rows.get(), R, c.hc, c.D, d_fn.get(), d_base.get(), d_scale.get(), 1e-6f, 1e-6f, d_out.get(),
-            nullptr);
+            d_ws.get(), nullptr);
     sync();
     expect_near(d_out.download(), want, 1e-4f, 1e-4f, what);
   }

@@ -205,6 +205,39 @@ TEST(Engine, DeviceIsCheckedAndCudaRunsWhereAvailable) {
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(g.token_ids[i], c.token_ids[i]) << "token " << i;
 }
 
+// On the GPU (where there is one): greedy tokens taken on the device (only token ids reach the
+// host), with an fp8 KV cache, are the same for a request alone and inside a batch of concurrent
+// requests with staggered lengths; a request asking for logprobs takes the host sampler and gets
+// the same tokens.
+TEST(Engine, CudaGreedyWithAnFp8CacheIsBatchInvariant) {
+  EngineOptions o;
+  o.model = std::string(DEEPINFER_SOURCE_DIR) + "/models/v4-code-19m";
+  o.max_num_seqs = 8;
+  o.cache_bytes = 256ll << 20;
+  o.device = "cuda";
+  o.kv_cache_dtype = "fp8";
+  auto gpu = LLM::create(o);
+  if (!gpu.is_ok()) {
+    EXPECT_NE(gpu.status().message().find("CUDA"), std::string::npos) << gpu.status().to_string();
+    return;
+  }
+  std::mt19937 rng(21);
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(Prompt::from_token_ids(random_prompt(rng, 10 + 13 * i, 8192)));
+  const std::vector<RequestOutput> together = (*gpu)->generate(prompts, greedy(24));
+  ASSERT_EQ(together.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); i += 3) {
+    const RequestOutput alone = (*gpu)->generate({prompts[i]}, greedy(24))[0];
+    ASSERT_TRUE(alone.finished) << alone.error;
+    EXPECT_EQ(alone.token_ids, together[i].token_ids) << "prompt " << i;
+  }
+  SamplingParams with_logprobs = greedy(24);
+  with_logprobs.logprobs = 0;
+  const RequestOutput host = (*gpu)->generate({prompts[1]}, with_logprobs)[0];
+  EXPECT_EQ(host.token_ids, together[1].token_ids);
+  EXPECT_EQ(host.logprobs.size(), host.token_ids.size());
+}
+
 TEST(Engine, GreedyMatchesModelForward) {
   // The engine's greedy path against the plain single-session forward (public Model API).
   auto model = Model::load(fixture("v4-tiny-a"));

@@ -11,6 +11,8 @@
 //     S [heads x 64] = q K^T       warps split heads x rows; fp32 scores stay in registers
 //     online softmax               per-head tile max via shared memory; P = exp2(S - m) as bf16
 //     O [heads x d] += P V         warps split d; O stays in registers (128 floats per thread)
+//   FP8 rows (sink_attention_fp8): the raw bytes are cp.async'd into the second row buffer, then
+//   decoded into the first (one more barrier per tile); from there on everything is the bf16 path.
 //   A token's rows are cut into splits whose size is a function of its row count alone
 //   (split_plan); each split's (m, l, O) goes to the workspace and a second kernel combines the
 //   splits in ascending order with the sink. A token with a single split is finished in place.
@@ -29,7 +31,8 @@
 //   fragments in registers; key tiles are gathered like attention rows; S [64 x 64] goes through
 //   shared memory so that one thread per key sums its 64 head terms sequentially in ascending
 //   head order (the CPU reference's order). More than 64 heads: head blocks in ascending order,
-//   each adding onto the partial sums already in `score`.
+//   each adding onto the partial sums already in `score`. FP4 keys (indexer_scores_fp4) are loaded
+//   into registers during the previous tile's compute and decoded into the bf16 buffer.
 //
 // topk_select
 //   One CTA (1024 threads) per token, radix select on a 64-bit composite key
@@ -53,6 +56,8 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/kv_fp8.h"
+#include "backend/cuda/kv_fp8_device.cuh"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -98,6 +103,12 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 // 16-byte global -> shared copy that bypasses L1 (rows are streamed, reuse is through L2).
 __device__ __forceinline__ void cp_async_16(void* shared_dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(shared_dst)),
+               "l"(__cvta_generic_to_global(global_src))
+               : "memory");
+}
+// 8-byte global -> shared copy (FP8 rows are only 8-byte aligned; .cg takes 16-byte copies only).
+__device__ __forceinline__ void cp_async_8(void* shared_dst, const void* global_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(shared_address(shared_dst)),
                "l"(__cvta_generic_to_global(global_src))
                : "memory");
 }
@@ -178,7 +189,7 @@ static_assert(split_plan(0).splits == 1 && split_plan(640).splits == 2 && split_
 
 struct SinkAttentionParams {
   const bf16* q;                // [tokens, H, d], first token of this launch
-  const bf16* const* rows;      // all row pointers (row_begin values index this)
+  const void* const* rows;      // all row pointers (row_begin values index this): bf16 or FP8 rows
   const int* row_begin;         // [tokens + 1], first token of this launch
   const float* sinks;           // [H]
   float* out;                   // [tokens, H, d]
@@ -188,6 +199,13 @@ struct SinkAttentionParams {
   int max_splits;
   int head_blocks;
   float score_scale;            // scale * log2(e): scores are kept in log2 units, softmax uses exp2
+  // FP8 rows (kFp8 instances; model/kv_format.h layout): e4m3 codes at [0, nope), one scale byte per
+  // 64 codes at nope, bf16 RoPE values at tail_offset; row_chunks 8-byte pieces per row; staged
+  // rows raw_pitch bytes apart in shared memory.
+  int nope;
+  int tail_offset;
+  int row_chunks;
+  int raw_pitch;
 };
 
 // Shared-memory layout and warp roles of one (d, heads-per-CTA) instance.
@@ -219,7 +237,10 @@ struct AttnLayout {
   static_assert(kSNt == 1 || kSNt == 2, "S fragments: 8 or 16 rows per warp");
 };
 
-template <int D, int kMTiles>
+// kFp8: rows are FP8 KV rows. Their raw bytes are staged (cp.async) in the second row buffer,
+// then decoded to bf16 into the first: one bf16 tile buffer, the same tile contents and the same
+// compute as for bf16 rows holding the decoded values.
+template <int D, int kMTiles, bool kFp8>
 __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const SinkAttentionParams p) {
   using L = AttnLayout<D, kMTiles>;
   constexpr int kHeads = L::kHeads;
@@ -235,7 +256,9 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
   float* l_run = m_run + kHeads;                                        // [kHeads] running sum of P
   float* alpha_s = l_run + kHeads;                                      // [kHeads] this tile's O rescale
   float* final_scale = alpha_s + kHeads;                                // [kHeads] 1 / denominator
-  const bf16** ptr_s = reinterpret_cast<const bf16**>(smem + L::kPtrOffset);  // [2][kTileRows]
+  const void** ptr_s = reinterpret_cast<const void**>(smem + L::kPtrOffset);  // [2][kTileRows]
+  // kFp8: raw rows of the tile in flight, in the place of the second row buffer.
+  unsigned char* raw_s = smem + L::kRowsOffset + size_t{kTileRows} * kPitch * 2;
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
@@ -261,7 +284,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
   const int chunk_begin = split * plan.tiles_per_split * kTileRows;
   const int chunk_rows = imin(n - chunk_begin, plan.tiles_per_split * kTileRows);
   const int num_tiles = ceil_div(chunk_rows, kTileRows);
-  const bf16* const* chunk_ptrs = p.rows + row0 + chunk_begin;
+  const void* const* chunk_ptrs = p.rows + row0 + chunk_begin;
 
   // Prologue: statistics, pointers of tiles 0 and 1, q (zero rows past the last head).
   if (tid < kHeads) {
@@ -282,19 +305,46 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
   }
   __syncthreads();  // ptr_s
 
-  // Tile t lives in buffer t % 2 and its pointers in ptr_s[t % 2]. Rows past the split's end are
-  // zero-filled: P is 0 there, and 0 * (stale shared memory) could be NaN.
+  // Tile t lives in buffer t % 2 (kFp8: buffer 0) and its pointers in ptr_s[t % 2]. Rows past the
+  // split's end are zero-filled: P is 0 there, and 0 * (stale shared memory) could be NaN.
   auto issue_tile = [&](int t) {
-    bf16* dst = rows_s + (t % 2) * kTileRows * kPitch;
-    const bf16* const* src = ptr_s + (t % 2) * kTileRows;
+    const void* const* src = ptr_s + (t % 2) * kTileRows;
     const int tile_rows = imin(kTileRows, chunk_rows - t * kTileRows);
+    if constexpr (kFp8) {  // raw bytes only, one warp per row; decode_tile zero-fills
+      for (int r = warp; r < tile_rows; r += kAttnWarps) {
+        const unsigned char* row = static_cast<const unsigned char*>(src[r]);
+        for (int c = lane; c < p.row_chunks; c += 32) cp_async_8(raw_s + r * p.raw_pitch + c * 8, row + c * 8);
+      }
+    } else {
+      bf16* dst = rows_s + (t % 2) * kTileRows * kPitch;
 #pragma unroll 4
+      for (int c = tid; c < kTileRows * kChunksPerRow; c += kAttnThreads) {
+        const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+        if (r < tile_rows)
+          cp_async_16(dst + r * kPitch + col, static_cast<const bf16*>(src[r]) + col);
+        else
+          store_zero_16(dst + r * kPitch + col);
+      }
+    }
+  };
+  // kFp8: staged raw tile t -> bf16 buffer 0, 8 dims (16 bytes) per step (model::KvRowFormat::decode).
+  [[maybe_unused]] auto decode_tile = [&](int t) {
+    const int tile_rows = imin(kTileRows, chunk_rows - t * kTileRows);
     for (int c = tid; c < kTileRows * kChunksPerRow; c += kAttnThreads) {
       const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-      if (r < tile_rows)
-        cp_async_16(dst + r * kPitch + col, src[r] + col);
-      else
-        store_zero_16(dst + r * kPitch + col);
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r < tile_rows) {
+        const unsigned char* raw = raw_s + r * p.raw_pitch;
+        if (col < p.nope) {
+          v = kvfp8::e4m3x8_scaled_bf16(*reinterpret_cast<const uint2*>(raw + col),
+                                        kvfp8::e8m0_to_float(raw[p.nope + col / 64]));
+        } else {
+          const uint2* tail = reinterpret_cast<const uint2*>(raw + p.tail_offset + 2 * (col - p.nope));
+          const uint2 lo = tail[0], hi = tail[1];
+          v = make_uint4(lo.x, lo.y, hi.x, hi.y);
+        }
+      }
+      *reinterpret_cast<uint4*>(rows_s + r * kPitch + col) = v;
     }
   };
   if (num_tiles > 0) issue_tile(0);
@@ -313,17 +363,21 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
 
   float o[kMTiles][L::kONt][4] = {};
 
-  const bf16* prefetch_ptr = nullptr;
+  const void* prefetch_ptr = nullptr;
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait_all();
     __syncthreads();  // (A) tile t and q landed for everyone; buffer (t+1)%2 and ptr_s[(t+1)%2] free/ready
+    if constexpr (kFp8) {
+      decode_tile(t);   // buffer 0 is free: tile t-1's compute ended before (A)
+      __syncthreads();  // (A') tile t decoded for everyone; the staging buffer is free
+    }
     if (t + 1 < num_tiles) issue_tile(t + 1);
     cp_async_commit();
     if (tid < kTileRows) {  // pointers of tile t+2, stored after this tile's compute (latency hidden)
       const int r = (t + 2) * kTileRows + tid;
       prefetch_ptr = r < chunk_rows ? chunk_ptrs[r] : nullptr;
     }
-    const bf16* tile = rows_s + (t % 2) * kTileRows * kPitch;
+    const bf16* tile = rows_s + (kFp8 ? 0 : (t % 2) * kTileRows * kPitch);
     const int tile_rows = imin(kTileRows, chunk_rows - t * kTileRows);
 
     // ---- S = q K^T for this warp's kSMt*16 heads x kSNt*8 rows, over all of d.
@@ -529,20 +583,20 @@ __global__ void __launch_bounds__(128) sink_attention_combine_kernel(const SinkA
   }
 }
 
-template <int D, int kMTiles>
+template <int D, int kMTiles, bool kFp8>
 void launch_sink_attention(const SinkAttentionParams& p, int grid, cudaStream_t stream) {
   using L = AttnLayout<D, kMTiles>;
-  CUDA_CHECK(cudaFuncSetAttribute(sink_attention_kernel<D, kMTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(L::kBytes)));
-  sink_attention_kernel<D, kMTiles><<<grid, kAttnThreads, L::kBytes, stream>>>(p);
+  CUDA_CHECK(cudaFuncSetAttribute(sink_attention_kernel<D, kMTiles, kFp8>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kBytes)));
+  sink_attention_kernel<D, kMTiles, kFp8><<<grid, kAttnThreads, L::kBytes, stream>>>(p);
 }
 
-template <int D>
+template <int D, bool kFp8>
 void launch_sink_attention_dim(int m_tiles, const SinkAttentionParams& p, int grid, cudaStream_t stream) {
   switch (m_tiles) {
-    case 1: return launch_sink_attention<D, 1>(p, grid, stream);
-    case 2: return launch_sink_attention<D, 2>(p, grid, stream);
-    default: return launch_sink_attention<D, 4>(p, grid, stream);
+    case 1: return launch_sink_attention<D, 1, kFp8>(p, grid, stream);
+    case 2: return launch_sink_attention<D, 2, kFp8>(p, grid, stream);
+    default: return launch_sink_attention<D, 4, kFp8>(p, grid, stream);
   }
 }
 
@@ -561,7 +615,7 @@ constexpr int kIdxBlockHeads = 64;
 struct IndexerParams {
   const bf16* q;              // [T, heads, dim]
   const float* weights;       // [T, heads]
-  const bf16* const* keys;
+  const void* const* keys;    // bf16 keys, or FP4 keys (kFp4 instances)
   const int* key_begin;       // [T]
   const int* num_keys;        // [T]
   float* score;
@@ -572,7 +626,7 @@ struct IndexerParams {
 
 template <int DIM>
 struct IndexerLayout {
-  static_assert(DIM % 32 == 0 && DIM >= 32 && DIM <= 256, "indexer dim: a multiple of 32 up to 256");
+  static_assert(DIM % 16 == 0 && DIM >= 16 && DIM <= 256, "indexer dim: a multiple of 16 up to 256");
   static constexpr int kPitch = DIM + 8;               // bf16; conflict-free ldmatrix (see AttnLayout)
   static constexpr int kSPitch = kIdxTileKeys + 4;     // fp32 score tile
   static constexpr size_t kKeysOffset = size_t{kIdxBlockHeads} * kPitch * 2;
@@ -584,7 +638,10 @@ struct IndexerLayout {
 
 // Warps: 2 head halves (32 heads: 2 m-tiles) x 4 key groups (16 keys: 2 n-tiles). Grid (T, key
 // tile groups): CTA y takes the token's tiles y, y + gridDim.y, ...
-template <int DIM>
+// kFp4: keys are FP4 rows (model::IndexRowFormat). A tile is loaded into registers after (A) and
+// decoded into its bf16 buffer after the score tile's barrier, so the buffers hold exactly what a
+// bf16 tile of the decoded keys would hold, and the compute is the same.
+template <int DIM, bool kFp4>
 __global__ void __launch_bounds__(kIdxThreads, DIM <= 128 ? 2 : 1) indexer_scores_kernel(const IndexerParams p) {
   using L = IndexerLayout<DIM>;
   constexpr int kPitch = L::kPitch;
@@ -594,7 +651,7 @@ __global__ void __launch_bounds__(kIdxThreads, DIM <= 128 ? 2 : 1) indexer_score
   bf16* keys_s = reinterpret_cast<bf16*>(smem + L::kKeysOffset);              // [2][64][kPitch]
   float* s_s = reinterpret_cast<float*>(smem + L::kScoreOffset);              // [64 heads][kSPitch]
   float* w_s = reinterpret_cast<float*>(smem + L::kWeightOffset);             // [64]
-  const bf16** ptr_s = reinterpret_cast<const bf16**>(smem + L::kPtrOffset);  // [2][64]
+  const void** ptr_s = reinterpret_cast<const void**>(smem + L::kPtrOffset);  // [2][64]
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int token = static_cast<int>(blockIdx.x);
@@ -603,20 +660,63 @@ __global__ void __launch_bounds__(kIdxThreads, DIM <= 128 ? 2 : 1) indexer_score
   const int first_tile = static_cast<int>(blockIdx.y), tile_stride = static_cast<int>(gridDim.y);
   if (first_tile >= total_tiles) return;
   const int my_tiles = ceil_div(total_tiles - first_tile, tile_stride);
-  const bf16* const* key_ptrs = p.keys + p.key_begin[token];
+  const void* const* key_ptrs = p.keys + p.key_begin[token];
   auto key0_of = [&](int i) { return (first_tile + i * tile_stride) * kIdxTileKeys; };
 
-  auto issue_tile = [&](int i) {
+  [[maybe_unused]] auto issue_tile = [&](int i) {
     bf16* dst = keys_s + (i % 2) * kIdxTileKeys * kPitch;
-    const bf16* const* src = ptr_s + (i % 2) * kIdxTileKeys;
+    const void* const* src = ptr_s + (i % 2) * kIdxTileKeys;
     const int tile_keys = imin(kIdxTileKeys, n - key0_of(i));
 #pragma unroll
     for (int c = tid; c < kIdxTileKeys * kChunksPerKey; c += kIdxThreads) {
       const int r = c / kChunksPerKey, col = (c % kChunksPerKey) * 8;
       if (r < tile_keys)
-        cp_async_16(dst + r * kPitch + col, src[r] + col);
+        cp_async_16(dst + r * kPitch + col, static_cast<const bf16*>(src[r]) + col);
       else
         store_zero_16(dst + r * kPitch + col);
+    }
+  };
+
+  // kFp4: a unit is (key, 32-dim block): 16 code bytes + 1 scale byte, in registers between
+  // load_tile and decode_tile. Key pointers are aligned as rows packed from a 16-byte base.
+  constexpr int kBlocks = imax(1, DIM / 32);  // (DIM 16 exists for bf16 keys only)
+  constexpr int kUnits = kIdxTileKeys * kBlocks;
+  static_assert(!kFp4 || DIM % 32 == 0, "FP4 keys carry one scale per 32 dims");
+  constexpr int kUnitsPerThread = imax(1, ceil_div(kUnits, kIdxThreads));
+  constexpr int kKeyAlign = kvfp8::packed_row_alignment(DIM / 2 + kBlocks);
+  [[maybe_unused]] uint4 unit_codes[kUnitsPerThread];
+  [[maybe_unused]] uint32_t unit_scale[kUnitsPerThread];  // > 0xff: no key there (zeros)
+  [[maybe_unused]] auto load_tile = [&](int i) {
+    const void* const* src = ptr_s + (i % 2) * kIdxTileKeys;
+    const int tile_keys = imin(kIdxTileKeys, n - key0_of(i));
+#pragma unroll
+    for (int k = 0; k < kUnitsPerThread; ++k) {
+      const int u = tid + k * kIdxThreads, r = u / kBlocks, b = u % kBlocks;
+      unit_codes[k] = make_uint4(0u, 0u, 0u, 0u);
+      unit_scale[k] = 0x100u;
+      if (u < kUnits && r < tile_keys) {
+        const uint8_t* key = static_cast<const uint8_t*>(src[r]);
+        unit_codes[k] = kvfp8::load16<kKeyAlign>(key + 16 * b);
+        unit_scale[k] = key[DIM / 2 + b];
+      }
+    }
+  };
+  [[maybe_unused]] auto decode_tile = [&](int i) {  // model::IndexRowFormat::decode
+    bf16* dst = keys_s + (i % 2) * kIdxTileKeys * kPitch;
+#pragma unroll
+    for (int k = 0; k < kUnitsPerThread; ++k) {
+      const int u = tid + k * kIdxThreads, r = u / kBlocks, b = u % kBlocks;
+      if (u >= kUnits) continue;
+      uint4* out = reinterpret_cast<uint4*>(dst + r * kPitch + 32 * b);
+      if (unit_scale[k] > 0xffu) {
+        out[0] = out[1] = out[2] = out[3] = make_uint4(0u, 0u, 0u, 0u);
+      } else {
+        const float scale = kvfp8::e8m0_to_float(unit_scale[k]);
+        out[0] = kvfp8::e2m1x8_scaled_bf16(unit_codes[k].x, scale);
+        out[1] = kvfp8::e2m1x8_scaled_bf16(unit_codes[k].y, scale);
+        out[2] = kvfp8::e2m1x8_scaled_bf16(unit_codes[k].z, scale);
+        out[3] = kvfp8::e2m1x8_scaled_bf16(unit_codes[k].w, scale);
+      }
     }
   };
 
@@ -643,11 +743,16 @@ __global__ void __launch_bounds__(kIdxThreads, DIM <= 128 ? 2 : 1) indexer_score
       }
     }
     __syncthreads();  // ptr_s
-    issue_tile(0);
+    if constexpr (kFp4) {
+      load_tile(0);  // buffer 0 is free: the previous head block is done with it
+      decode_tile(0);
+    } else {
+      issue_tile(0);
+    }
     cp_async_commit();
 
     uint32_t q_frag[2][DIM / 16][4];  // this warp's 32 heads of q as A fragments, loaded once
-    const bf16* prefetch_ptr = nullptr;
+    const void* prefetch_ptr = nullptr;
     for (int i = 0; i < my_tiles; ++i) {
       cp_async_wait_all();
       __syncthreads();  // tile i (and q) landed; the other buffer and ptr_s[(i+1)%2] are ready
@@ -658,7 +763,8 @@ __global__ void __launch_bounds__(kIdxThreads, DIM <= 128 ? 2 : 1) indexer_score
           for (int ks = 0; ks < DIM / 16; ++ks)
             ldmatrix_x4(q_frag[mt][ks], q_s + (part * 32 + mt * 16 + a_row) * kPitch + ks * 16 + a_col);
       }
-      if (i + 1 < my_tiles) issue_tile(i + 1);
+      if constexpr (!kFp4)
+        if (i + 1 < my_tiles) issue_tile(i + 1);
       cp_async_commit();
       if (tid < kIdxTileKeys) {
         const int key = key0_of(i + 2) + tid;
@@ -677,6 +783,9 @@ __global__ void __launch_bounds__(kIdxThreads, DIM <= 128 ? 2 : 1) indexer_score
           mma_bf16_16816(acc[mt][1], q_frag[mt][ks], b[2], b[3]);
         }
       }
+      // kFp4: the next tile's raw keys into registers (not held across the mma loop: no spills).
+      if constexpr (kFp4)
+        if (i + 1 < my_tiles) load_tile(i + 1);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -702,16 +811,20 @@ __global__ void __launch_bounds__(kIdxThreads, DIM <= 128 ? 2 : 1) indexer_score
         }
         ptr_s[(i % 2) * kIdxTileKeys + tid] = prefetch_ptr;  // tile i+2's pointers
       }
+      // kFp4: buffer (i+1)%2 was last read by tile i-1's mma, which ended before (A); the next
+      // iteration's (A) publishes it.
+      if constexpr (kFp4)
+        if (i + 1 < my_tiles) decode_tile(i + 1);
     }
   }
 }
 
-template <int DIM>
+template <int DIM, bool kFp4>
 void launch_indexer_scores(const IndexerParams& p, dim3 grid, cudaStream_t stream) {
   using L = IndexerLayout<DIM>;
-  CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<DIM, kFp4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(L::kBytes)));
-  indexer_scores_kernel<DIM><<<grid, kIdxThreads, L::kBytes, stream>>>(p);
+  indexer_scores_kernel<DIM, kFp4><<<grid, kIdxThreads, L::kBytes, stream>>>(p);
 }
 
 // =================================================================================================
@@ -1013,10 +1126,15 @@ size_t sink_attention_workspace_bytes(int T, int H, int d, int max_rows) {
   return align256(slots * H * d * sizeof(float)) + align256(slots * H * 2 * sizeof(float));
 }
 
-void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows, const int* row_begin, int max_rows,
-                    const float* sinks, float scale, float* out, void* workspace, cudaStream_t stream) {
+namespace {
+
+// rope_dims < 0: bf16 rows; otherwise FP8 rows of kv_fp8_row_bytes(d, rope_dims) bytes.
+void sink_attention_any(const bf16* q, int T, int H, int d, int rope_dims, const void* const* rows,
+                        const int* row_begin, int max_rows, const float* sinks, float scale, float* out,
+                        void* workspace, cudaStream_t stream) {
   if (T <= 0) return;
   ATTN_REQUIRE(H >= 1 && d % 64 == 0 && d >= 64 && d <= 512 && max_rows >= 0);
+  const bool fp8 = rope_dims >= 0;
   const int max_splits = split_bound(max_rows);
   const int per_launch = tokens_per_launch(T, max_splits);
   ATTN_REQUIRE(max_splits == 1 || workspace != nullptr);
@@ -1043,6 +1161,15 @@ void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows,
   p.max_splits = max_splits;
   p.head_blocks = head_blocks;
   p.score_scale = scale * kLog2e;
+  if (fp8) {
+    ATTN_REQUIRE(rope_dims <= d && rope_dims % 8 == 0);
+    const size_t row_bytes = kv_fp8_row_bytes(d, rope_dims);
+    ATTN_REQUIRE(row_bytes % 8 == 0 && row_bytes <= size_t{2} * d);  // staging fits the second row buffer
+    p.nope = d - rope_dims;
+    p.tail_offset = static_cast<int>(row_bytes) - 2 * rope_dims;
+    p.row_chunks = static_cast<int>(row_bytes / 8);
+    p.raw_pitch = static_cast<int>((row_bytes + 15) / 16 * 16);
+  }
   if (max_splits > 1) {
     const size_t slots = static_cast<size_t>(per_launch) * max_splits;
     p.partial_o = static_cast<float*>(workspace);
@@ -1054,22 +1181,66 @@ void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows,
     p.row_begin = row_begin + t0;
     p.out = out + static_cast<size_t>(t0) * H * d;
     const int grid = tokens * max_splits * head_blocks;
-    dispatch_size<64, 64, 512>(d, [&]<int D>() { launch_sink_attention_dim<D>(m_tiles, p, grid, stream); });
+    dispatch_size<64, 64, 512>(d, [&]<int D>() {
+      if (fp8)
+        launch_sink_attention_dim<D, true>(m_tiles, p, grid, stream);
+      else
+        launch_sink_attention_dim<D, false>(m_tiles, p, grid, stream);
+    });
     if (max_splits > 1) sink_attention_combine_kernel<<<dim3(tokens, H), 128, 0, stream>>>(p, d);
   }
 }
 
-void indexer_scores(const bf16* q, const float* weights, int T, int heads, int dim, const bf16* const* keys,
-                    const int* key_begin, const int* num_keys, int max_keys, float scale, float* score,
-                    int score_stride, cudaStream_t stream) {
+void indexer_scores_any(const bf16* q, const float* weights, int T, int heads, int dim, bool fp4,
+                        const void* const* keys, const int* key_begin, const int* num_keys, int max_keys, float scale,
+                        float* score, int score_stride, cudaStream_t stream) {
   if (T <= 0 || max_keys <= 0) return;
-  ATTN_REQUIRE(heads >= 1 && dim % 32 == 0 && dim >= 32 && dim <= 256);
+  ATTN_REQUIRE(heads >= 1 && dim >= 16 && dim <= 256 && dim % (fp4 ? 32 : 16) == 0);
   const IndexerParams p{q, weights, keys, key_begin, num_keys, score, heads, score_stride, scale};
   // About four CTAs per SM in all; each CTA walks a strided set of its token's tiles.
   const int tiles = ceil_div(max_keys, kIdxTileKeys);
   const int per_token = imin(imin(tiles, imax(1, ceil_div(4 * multiprocessor_count(), T))), 65535);
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(per_token));
-  dispatch_size<32, 32, 256>(dim, [&]<int DIM>() { launch_indexer_scores<DIM>(p, grid, stream); });
+  if (dim == 16) {  // small test models (bf16 keys only)
+    launch_indexer_scores<16, false>(p, grid, stream);
+    return;
+  }
+  dispatch_size<32, 32, 256>(dim, [&]<int DIM>() {
+    if (fp4)
+      launch_indexer_scores<DIM, true>(p, grid, stream);
+    else
+      launch_indexer_scores<DIM, false>(p, grid, stream);
+  });
+}
+
+}  // namespace
+
+void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows, const int* row_begin, int max_rows,
+                    const float* sinks, float scale, float* out, void* workspace, cudaStream_t stream) {
+  sink_attention_any(q, T, H, d, -1, reinterpret_cast<const void* const*>(rows), row_begin, max_rows, sinks, scale,
+                     out, workspace, stream);
+}
+
+void sink_attention_fp8(const bf16* q, int T, int H, int d, int rope_dims, const uint8_t* const* rows,
+                        const int* row_begin, int max_rows, const float* sinks, float scale, float* out,
+                        void* workspace, cudaStream_t stream) {
+  ATTN_REQUIRE(rope_dims >= 0);
+  sink_attention_any(q, T, H, d, rope_dims, reinterpret_cast<const void* const*>(rows), row_begin, max_rows, sinks,
+                     scale, out, workspace, stream);
+}
+
+void indexer_scores(const bf16* q, const float* weights, int T, int heads, int dim, const bf16* const* keys,
+                    const int* key_begin, const int* num_keys, int max_keys, float scale, float* score,
+                    int score_stride, cudaStream_t stream) {
+  indexer_scores_any(q, weights, T, heads, dim, false, reinterpret_cast<const void* const*>(keys), key_begin, num_keys,
+                     max_keys, scale, score, score_stride, stream);
+}
+
+void indexer_scores_fp4(const bf16* q, const float* weights, int T, int heads, int dim, const uint8_t* const* keys,
+                        const int* key_begin, const int* num_keys, int max_keys, float scale, float* score,
+                        int score_stride, cudaStream_t stream) {
+  indexer_scores_any(q, weights, T, heads, dim, true, reinterpret_cast<const void* const*>(keys), key_begin, num_keys,
+                     max_keys, scale, score, score_stride, stream);
 }
 
 size_t topk_workspace_bytes(int /*T*/, int /*max_keys*/, int /*k*/) { return 0; }

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace deepinfer::backend::cuda {
 
@@ -34,14 +35,31 @@ size_t sink_attention_workspace_bytes(int T, int H, int d, int max_rows);
 void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows, const int* row_begin, int max_rows,
                     const float* sinks, float scale, float* out, void* workspace, cudaStream_t stream);
 
+// sink_attention over FP8 KV rows (model::KvRowFormat with kFP8, dims d, `rope_dims` RoPE dims:
+// kv_fp8_row_bytes(d, rope_dims) bytes, kv_fp8.h), decoded to bf16 while loading. Bitwise equal to
+// sink_attention on bf16 rows holding decode(row) (every decoded value is a bf16 value). Same
+// workspace (sink_attention_workspace_bytes). Requires rope_dims % 8 == 0, rope_dims <= d and a row
+// size that is a multiple of 8 bytes (584 for d = 512, rope_dims = 64); every row pointer 8-byte aligned.
+void sink_attention_fp8(const bf16* q, int T, int H, int d, int rope_dims, const uint8_t* const* rows,
+                        const int* row_begin, int max_rows, const float* sinks, float scale, float* out,
+                        void* workspace, cudaStream_t stream);
+
 // Lightning-indexer scores (q: [T, heads, dim] bf16; weights: [T, heads] fp32; token t's keys are
 // keys[key_begin[t] + w] for w < num_keys[t], each `dim` bf16 values):
 //   score[t * score_stride + w] = sum_h (max(dot(q[t, h], key_w), 0) * scale) * weights[t, h]
 // summed over h in ascending order, fp32. Entries w >= num_keys[t] are not written. dim is 128
-// (any multiple of 32 up to 256), heads 64 (any >= 1). max_keys: host bound on num_keys.
+// (any multiple of 16 up to 256), heads 64 (any >= 1). max_keys: host bound on num_keys.
 void indexer_scores(const bf16* q, const float* weights, int T, int heads, int dim, const bf16* const* keys,
                     const int* key_begin, const int* num_keys, int max_keys, float scale, float* score,
                     int score_stride, cudaStream_t stream);
+
+// indexer_scores over FP4 keys (model::IndexRowFormat with kFP8: index_fp4_row_bytes(dim) bytes,
+// kv_fp8.h), decoded to bf16 while loading; bitwise equal to indexer_scores on bf16 keys holding
+// decode(key). Each key pointer must be aligned to the largest power of two <= 16 dividing the
+// key size (as keys packed from a 16-byte-aligned base are: 4 bytes for dim 128, 2 for dim 64).
+void indexer_scores_fp4(const bf16* q, const float* weights, int T, int heads, int dim, const uint8_t* const* keys,
+                        const int* key_begin, const int* num_keys, int max_keys, float scale, float* score,
+                        int score_stride, cudaStream_t stream);
 
 // selected[t * k + j], j < min(k, num_keys[t]): the indices of the min(k, num_keys[t]) largest of
 // score[t * score_stride + 0 .. num_keys[t]) (ties go to the lower index), written in ascending

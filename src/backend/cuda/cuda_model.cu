@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <numeric>
 #include <random>
 #include <string>
@@ -24,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kv_fp8.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/release_kernels.h"
 #include "backend/cuda/v4_kernels.h"
@@ -170,11 +172,15 @@ struct CudaModel::Impl {
   float *qi = nullptr, *wts = nullptr, *scores = nullptr;
   bf16* qi_bf = nullptr;
   int* selected = nullptr;
-  const bf16** rows = nullptr;
-  const bf16** keys = nullptr;
+  const void** rows = nullptr;  // attention rows (bf16 or FP8 KV rows)
+  const void** keys = nullptr;  // indexer keys (bf16 or FP4)
+  uint8_t* kv8 = nullptr;       // fp8 cache: the chunk's own KV rows, encoded [T, kv row bytes]
+  uint8_t** fresh_ptrs = nullptr;  // fp8 cache: page addresses of the step's new compressed rows
+  size_t fresh_ptrs_capacity = 0;
   size_t rows_capacity = 0, keys_capacity = 0, scores_capacity = 0, fresh_rows_capacity = 0;
   void* attn_ws = nullptr;
   void* topk_ws = nullptr;
+  float* hc_ws = nullptr;  // mHC partial dot products (ops.h hc_workspace_bytes)
   size_t attn_ws_bytes = 0, topk_ws_bytes = 0;
   float *gate_logits = nullptr, *route_w = nullptr, *perm_w = nullptr, *gu = nullptr, *y = nullptr, *ys = nullptr,
         *gu_s = nullptr;
@@ -188,6 +194,9 @@ struct CudaModel::Impl {
   uint8_t* meta_dev = nullptr;
   size_t meta_capacity = 0;
   float* logits_host = nullptr;  // pinned [max_logit_rows, vocab]
+  int32_t* greedy_tok = nullptr;  // [max_logit_rows]
+  float* greedy_lp = nullptr;     // [max_logit_rows]
+  GreedyToken* greedy_host = nullptr;  // pinned [max_logit_rows]: token ids, then log-probs
 
   // CUDA graphs of decode steps, per batch size. A graph bakes in buffer addresses: any
   // reallocation bumps `epoch`, which retires the graphs recorded before it.
@@ -197,7 +206,7 @@ struct CudaModel::Impl {
     size_t meta_bytes = 0;
     bool warmed = false;  // one eager step of this size ran (kernels loaded, attributes set)
   };
-  std::map<std::pair<int, int64_t>, Graph> graphs;  // (batch size, context bucket)
+  std::map<std::tuple<int, int64_t, int>, Graph> graphs;  // (batch size, context bucket, outputs wanted)
   uint64_t epoch = 1;
   bool graphs_broken = false;  // a capture failed once: run eagerly from then on
   uint64_t replays = 0;
@@ -207,6 +216,7 @@ struct CudaModel::Impl {
       if (g.exec) cudaGraphExecDestroy(g.exec);
     if (meta_host) cudaFreeHost(meta_host);
     if (logits_host) cudaFreeHost(logits_host);
+    if (greedy_host) cudaFreeHost(greedy_host);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -214,7 +224,7 @@ struct CudaModel::Impl {
   Status upload(const model::ModelWeights& w);
   Status randomize(uint64_t seed);
   Status allocate_cache_and_work();
-  Status forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out);
+  Status forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out, std::vector<GreedyToken>* greedy_out);
   Status ensure_meta(size_t bytes);
   Status ensure_capacity(void** ptr, size_t* capacity, size_t bytes);
 
@@ -496,8 +506,8 @@ Status CudaModel::Impl::randomize(uint64_t seed) {
 
 Status CudaModel::Impl::allocate_cache_and_work() {
   const ModelConfig& c = config;
-  if (shape.kv_row.dtype != model::KvCacheDtype::kBF16)
-    return Status::unsupported("the CUDA backend stores KV rows as bfloat16 only (for now)");
+  if (shape.kv_row.dtype == model::KvCacheDtype::kF32)
+    return Status::unsupported("the CUDA backend stores KV rows as bfloat16 or fp8, not float32");
   DI_RETURN_IF_ERROR(cache_arena.alloc(&slots, static_cast<size_t>(opt.num_slots) * shape.slot_bytes));
   DI_RETURN_IF_ERROR(cache_arena.alloc(&pages, static_cast<size_t>(opt.num_blocks) * shape.page_bytes));
   if (slots) DI_CUDA_RETURN(cudaMemset(slots, 0, static_cast<size_t>(opt.num_slots) * shape.slot_bytes));
@@ -512,6 +522,8 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_RETURN_IF_ERROR(A.alloc(&collapsed, T * D));
   DI_RETURN_IF_ERROR(A.alloc(&post, T * hc));
   DI_RETURN_IF_ERROR(A.alloc(&comb, T * hc * hc));
+  DI_RETURN_IF_ERROR(A.alloc(&hc_ws, hc_workspace_bytes(static_cast<int>(std::max<size_t>(T, opt.max_logit_rows)),
+                                                        c.hc_mult, c.hidden_size, false) / sizeof(float)));
   DI_RETURN_IF_ERROR(A.alloc(&sub_out, T * D));
   DI_RETURN_IF_ERROR(A.alloc(&normed, T * D));
   DI_RETURN_IF_ERROR(A.alloc(&xq, T * std::max({D, G * R, static_cast<size_t>(c.q_lora_rank), inter_s})));
@@ -521,6 +533,7 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_RETURN_IF_ERROR(A.alloc(&q_bf, T * H * hd));
   DI_RETURN_IF_ERROR(A.alloc(&kv, T * hd));
   DI_RETURN_IF_ERROR(A.alloc(&kv_bf, T * hd));
+  if (shape.kv_row.dtype == model::KvCacheDtype::kFP8) DI_RETURN_IF_ERROR(A.alloc(&kv8, T * shape.kv_row.bytes()));
   DI_RETURN_IF_ERROR(A.alloc(&o, T * H * hd));
   DI_RETURN_IF_ERROR(A.alloc(&og, T * H * hd));
   DI_RETURN_IF_ERROR(A.alloc(&zo, T * G * R));
@@ -549,6 +562,9 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_RETURN_IF_ERROR(A.alloc(&head_in_bf, LR * D));
   DI_RETURN_IF_ERROR(A.alloc(&logits, LR * c.vocab_size));
   DI_CUDA_RETURN(cudaMallocHost(&logits_host, LR * c.vocab_size * sizeof(float)));
+  DI_RETURN_IF_ERROR(A.alloc(&greedy_tok, LR));
+  DI_RETURN_IF_ERROR(A.alloc(&greedy_lp, LR));
+  DI_CUDA_RETURN(cudaMallocHost(&greedy_host, LR * 2 * sizeof(float)));
   DI_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return Status::ok();
 }
@@ -579,9 +595,11 @@ Status CudaModel::Impl::ensure_capacity(void** ptr, size_t* capacity, size_t byt
   return Status::ok();
 }
 
-Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out) {
+Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out,
+                                std::vector<GreedyToken>* greedy_out) {
   const ModelConfig& c = config;
   const cudaStream_t s = stream;
+  const bool fp8_cache = shape.kv_row.dtype == model::KvCacheDtype::kFP8;
   // --- Validation (DeepSeekV4::forward's errors) and the flattened step.
   std::vector<int32_t> tokens, tok_seq;
   std::vector<int64_t> pos;
@@ -617,7 +635,8 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   if (NR > opt.max_logit_rows)
     return Status::invalid_argument("the step asks for " + std::to_string(NR) + " logits rows, more than " +
                                     std::to_string(opt.max_logit_rows));
-  logits_out->assign(static_cast<size_t>(NR) * c.vocab_size, 0.0f);
+  if (logits_out) logits_out->resize(static_cast<size_t>(NR) * c.vocab_size);  // every entry is overwritten
+  if (greedy_out) greedy_out->clear();
   if (T == 0) return Status::ok();
 
   // A decode step (one token per sequence, last-row logits) runs with every list padded to a fixed
@@ -765,8 +784,11 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     max_keys = std::max(max_keys, cp.max_keys);
     max_fresh = std::max(max_fresh, cp.rows.size());
   }
-  DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&rows), &rows_capacity, max_rows_total * sizeof(bf16*)));
-  DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&keys), &keys_capacity, max_keys_total * sizeof(bf16*)));
+  DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&rows), &rows_capacity, max_rows_total * sizeof(void*)));
+  DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&keys), &keys_capacity, max_keys_total * sizeof(void*)));
+  if (fp8_cache)
+    DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&fresh_ptrs), &fresh_ptrs_capacity,
+                                       std::max<size_t>(max_fresh, 1) * sizeof(uint8_t*)));
   DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&scores), &scores_capacity, max_scores * sizeof(float)));
   DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&fresh), &fresh_rows_capacity,
                                      std::max<size_t>(max_fresh, 1) * c.head_dim * sizeof(float)));
@@ -819,7 +841,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
 
     // Attention block: mHC pre, norm, attention (DeepSeekV4::attention), mHC post.
     hc_pre(X, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
-           post, comb, s);
+           post, comb, hc_ws, s);
     rb(collapsed, static_cast<size_t>(T) * D);
     rms_norm(collapsed, T, D, L.attn_norm, eps, nullptr, normed, s);
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
@@ -872,7 +894,16 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
         round_bf16(fresh, n, s);
         hadamard_rows_bf16(fresh, R, dims, 1.0f / std::sqrt(static_cast<float>(dims)), s);
       }
-      store_page_rows(st, d_rows, R, fresh, dims, page_offset, CL.rows_per_page, s);
+      if (fp8_cache) {  // FP8 KV rows / FP4 indexer keys, encoded straight into their pages
+        const size_t rb_bytes = index_key ? shape.index_row.bytes() : shape.kv_row.bytes();
+        page_row_pointers(st, d_rows, R, page_offset, CL.rows_per_page, rb_bytes, fresh_ptrs, s);
+        if (index_key)
+          encode_index_rows_fp4(fresh, static_cast<size_t>(dims), R, dims, fresh_ptrs, s);
+        else
+          encode_kv_rows_fp8(fresh, static_cast<size_t>(dims), R, dims, rd, fresh_ptrs, s);
+      } else {
+        store_page_rows(st, d_rows, R, fresh, dims, page_offset, CL.rows_per_page, s);
+      }
     };
     const int* sel = nullptr;
     if (L.has_compressor) {
@@ -900,27 +931,43 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
         } else {
           scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), s);
         }
-        fill_key_rows(st, meta_ptr<int>(cp.off_kseq), cp.max_keys_per_seq, ratio, CL.index_keys, CL.rows_per_page, ih,
-                      keys, s);
+        fill_key_rows(st, meta_ptr<int>(cp.off_kseq), cp.max_keys_per_seq, ratio, CL.index_keys, CL.rows_per_page,
+                      shape.index_row.bytes(), keys, s);
+        const auto* keys_bf = reinterpret_cast<const bf16* const*>(keys);
+        const auto* keys_fp4 = reinterpret_cast<const uint8_t* const*>(keys);
         const int stride = std::max(cp.max_keys, 1);
-        if (rel)
-          indexer_scores_release(qi_bf, wts, T, nI, ih, keys, meta_ptr<int>(cp.off_kbegin), meta_ptr<int>(cp.off_nkeys),
-                                 cp.max_keys, scores, stride, s);
+        const int* kb = meta_ptr<int>(cp.off_kbegin);
+        const int* nk = meta_ptr<int>(cp.off_nkeys);
+        const float iscale = 1.0f / std::sqrt(static_cast<float>(ih));
+        if (rel && fp8_cache)
+          indexer_scores_release_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, scores, stride, s);
+        else if (rel)
+          indexer_scores_release(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, scores, stride, s);
+        else if (fp8_cache)
+          indexer_scores_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, iscale, scores, stride, s);
         else
-          indexer_scores(qi_bf, wts, T, nI, ih, keys, meta_ptr<int>(cp.off_kbegin), meta_ptr<int>(cp.off_nkeys),
-                         cp.max_keys, 1.0f / std::sqrt(static_cast<float>(ih)), scores, stride, s);
+          indexer_scores(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, iscale, scores, stride, s);
         topk_select(scores, T, stride, meta_ptr<int>(cp.off_nkeys), std::max(cp.max_keys, 1), c.index_topk, selected,
                     nullptr, topk_ws, s);
         sel = selected;
       }
     }
     const RowPlan& rp = row_plans.at({static_cast<int>(kind), ratio});
-    fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, kv_bf, hd, sel, c.index_topk, CL.rows,
-                        CL.rows_per_page, rows, s);
-    sink_attention(q_bf, T, H, hd, rows, meta_ptr<int>(rp.off), std::max(rp.max_rows, 1), L.sinks,
-                   1.0f / std::sqrt(static_cast<float>(hd)), o, attn_ws, s);
+    // The chunk's own rows as the cache holds them (fp8: encoded, so its queries read the rounded rows).
+    const uint8_t* chunk_rows = fp8_cache ? kv8 : reinterpret_cast<const uint8_t*>(kv_bf);
+    if (fp8_cache) encode_kv_rows_fp8(kv, static_cast<size_t>(hd), T, hd, rd, kv8, shape.kv_row.bytes(), s);
+    fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, chunk_rows, shape.kv_row.bytes(), sel, c.index_topk,
+                        CL.rows, CL.rows_per_page, rows, s);
+    const float ascale = 1.0f / std::sqrt(static_cast<float>(hd));
+    if (fp8_cache)
+      sink_attention_fp8(q_bf, T, H, hd, rd, reinterpret_cast<const uint8_t* const*>(rows), meta_ptr<int>(rp.off),
+                         std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s);
+    else
+      sink_attention(q_bf, T, H, hd, reinterpret_cast<const bf16* const*>(rows), meta_ptr<int>(rp.off),
+                     std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s);
     // Every query has read the ring: store each sequence's newest rows in it.
-    store_ring(st, meta_ptr<int32_t>(off_ring), static_cast<int>(ring_tokens.size()), kv_bf, hd, CL.window, s);
+    store_ring(st, meta_ptr<int32_t>(off_ring), static_cast<int>(ring_tokens.size()), chunk_rows, shape.kv_row.bytes(),
+               CL.window, s);
     // V carried RoPE: rotate the output back by the query position.
     rb(o, static_cast<size_t>(T) * H * hd);
     rope(o, T, H, hd, st.pos, rope_t, rd, rope_f, true, s);
@@ -936,7 +983,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
 
     // MoE block (DeepSeekV4::moe).
     hc_pre(X, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post,
-           comb, s);
+           comb, hc_ws, s);
     rb(collapsed, static_cast<size_t>(T) * D);
     rms_norm(collapsed, T, D, L.ffn_norm, eps, nullptr, normed, s);
     const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
@@ -984,18 +1031,26 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   }
   // Head: only the rows that produce logits.
   if (NR > 0) {
-    hc_head(X, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in, s);
+    hc_head(X, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in,
+            hc_ws, s);
     rb(head_in, static_cast<size_t>(NR) * D);
     rms_norm(head_in, NR, D, final_norm, eps, nullptr, head_in_bf, s);
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
-    cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(NR) * c.vocab_size * sizeof(float), cudaMemcpyDeviceToHost,
-                    s);
+    if (logits_out)
+      cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(NR) * c.vocab_size * sizeof(float),
+                      cudaMemcpyDeviceToHost, s);
+    if (greedy_out) {
+      greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, s);
+      cudaMemcpyAsync(greedy_host, greedy_tok, static_cast<size_t>(NR) * sizeof(int32_t), cudaMemcpyDeviceToHost, s);
+      cudaMemcpyAsync(reinterpret_cast<float*>(greedy_host) + NR, greedy_lp, static_cast<size_t>(NR) * sizeof(float),
+                      cudaMemcpyDeviceToHost, s);
+    }
   }
   };  // enqueue
 
   bool ran = false;
   if (padded) {
-    Graph& g = graphs[{S, bucket}];
+    Graph& g = graphs[{S, bucket, (logits_out ? 1 : 0) | (greedy_out ? 2 : 0)}];
     if (!g.warmed) {
       g.warmed = true;  // the first step of this size runs eagerly
     } else {
@@ -1028,7 +1083,13 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   if (!ran) enqueue();
   DI_CUDA_RETURN(cudaStreamSynchronize(s));
   DI_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "the forward's kernels"));
-  std::memcpy(logits_out->data(), logits_host, static_cast<size_t>(NR) * c.vocab_size * sizeof(float));
+  if (logits_out) std::memcpy(logits_out->data(), logits_host, static_cast<size_t>(NR) * c.vocab_size * sizeof(float));
+  if (greedy_out) {
+    greedy_out->resize(NR);
+    const int32_t* tok = reinterpret_cast<const int32_t*>(greedy_host);
+    const float* lp = reinterpret_cast<const float*>(greedy_host) + NR;
+    for (int r = 0; r < NR; ++r) (*greedy_out)[r] = GreedyToken{tok[r], lp[r]};
+  }
   return Status::ok();
 }
 
@@ -1053,9 +1114,9 @@ Status check_supported(const ModelConfig& c, bool release) {
                           "head_dim = " + std::to_string(c.head_dim) + " must be a multiple of 64, at most 512"));
   if (c.has_csa()) {
     const int d = c.index_head_dim;
-    DI_RETURN_IF_ERROR(need(release ? (d > 0 && (d & (d - 1)) == 0 && d <= 1024) : (d % 32 == 0 && d > 0 && d <= 256),
+    DI_RETURN_IF_ERROR(need(release ? (d > 0 && (d & (d - 1)) == 0 && d <= 1024) : (d % 16 == 0 && d > 0 && d <= 256),
                             "index_head_dim = " + std::to_string(d) +
-                                (release ? " must be a power of two up to 1024" : " must be a multiple of 32, at most 256")));
+                                (release ? " must be a power of two up to 1024" : " must be a multiple of 16, at most 256")));
     DI_RETURN_IF_ERROR(need(c.index_topk >= 1 && c.index_topk <= 2048,
                             "index_topk = " + std::to_string(c.index_topk) + " must be in 1..2048"));
   }
@@ -1078,7 +1139,9 @@ Result<std::unique_ptr<CudaModel::Impl>> make_impl(const ModelConfig& config, co
   impl->config = config;
   impl->opt = options;
   const int block = options.block_size > 0 ? options.block_size : model::default_block_size(config);
-  DI_ASSIGN_OR_RETURN(impl->shape, model::make_state_cache_shape(config, block, model::KvCacheDtype::kBF16));
+  if (options.kv_cache_dtype == model::KvCacheDtype::kF32)
+    return Status::unsupported("the CUDA backend stores KV rows as bfloat16 or fp8, not float32");
+  DI_ASSIGN_OR_RETURN(impl->shape, model::make_state_cache_shape(config, block, options.kv_cache_dtype));
   const int64_t capacity = impl->shape.page_bytes > 0 ? static_cast<int64_t>(options.num_blocks) * block
                                                       : config.max_position_embeddings;
   impl->max_model_len = static_cast<int>(std::min<int64_t>(capacity, config.max_position_embeddings));
@@ -1107,8 +1170,9 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create_random(const ModelConfig& c
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
 }
 
-Status CudaModel::forward(std::span<const SeqChunk> batch, std::vector<float>* logits) {
-  return impl_->forward(batch, logits);
+Status CudaModel::forward(std::span<const SeqChunk> batch, std::vector<float>* logits,
+                          std::vector<GreedyToken>* greedy) {
+  return impl_->forward(batch, logits, greedy);
 }
 
 void CudaModel::reset_slot(int slot) {

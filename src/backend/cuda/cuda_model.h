@@ -2,11 +2,14 @@
 // memory. Same step contract as model::DeepSeekV4::forward (a batch of SeqChunks continuing their
 // sequences' states; logits for the rows each chunk asks for) and the same state-cache byte layout
 // (model::StateCacheShape with bf16 KV rows), so the scheduler's slots and block tables mean the
-// same thing on either backend.
+// same thing on either backend. With the fp8 KV cache dtype (CudaModelOptions::kv_cache_dtype),
+// rows are encoded on the GPU exactly as the CPU encodes them and read dequantized by the attention
+// and indexer kernels.
 //
 // Numerics on the GPU (exact mode): weights bf16 (lossless for bf16, FP8 and FP4 checkpoints: their
 // dequantized values are bf16 numbers), GEMM inputs rounded to bf16, fp32 accumulation, residual
-// streams, norms, RoPE, mHC, routing and softmax in fp32, KV rows and indexer keys stored as bf16.
+// streams, norms, RoPE, mHC, routing and softmax in fp32, KV rows and indexer keys stored as bf16
+// (or fp8, see above).
 // So results match the CPU backend run with bf16-rounded weights and a bf16 KV cache up to the
 // rounding of GEMM inputs (tests/cuda/model_test.cc states the tolerances).
 //
@@ -42,6 +45,16 @@ struct CudaModelOptions {
   // launch parameters padded to fixed bounds so one graph serves every step of that size.
   bool cuda_graphs = true;
   int max_graph_batch = 256;
+  // KV rows and indexer keys in the state cache: bfloat16, or fp8 (FP8 KV rows + FP4 indexer keys,
+  // model/kv_format.h, byte for byte the CPU backend's layout). float32 is CPU-only.
+  model::KvCacheDtype kv_cache_dtype = model::KvCacheDtype::kBF16;
+};
+
+// A logits row's greedy token, computed on the GPU (ops.h greedy_rows): argmax (lowest id on ties)
+// and its raw log-probability.
+struct GreedyToken {
+  int32_t token = 0;
+  float logprob = 0.0f;
 };
 
 class CudaModel {
@@ -61,8 +74,11 @@ class CudaModel {
   CudaModel& operator=(const CudaModel&) = delete;
 
   // One step (model::DeepSeekV4::forward's contract and errors). Synchronous: returns when the
-  // logits are on the host.
-  Status forward(std::span<const model::SeqChunk> batch, std::vector<float>* logits);
+  // outputs are on the host. `logits` (may be null: not copied to the host) gets the logits rows;
+  // `greedy` (may be null) gets each logits row's greedy token, computed on the GPU, so a greedy
+  // decode step moves 8 bytes per sequence to the host instead of a vocabulary row.
+  Status forward(std::span<const model::SeqChunk> batch, std::vector<float>* logits,
+                 std::vector<GreedyToken>* greedy = nullptr);
 
   // Zeroes one slot (a new sequence reuses it). Pages need no clearing: rows are written before read.
   void reset_slot(int slot);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/ops.h"
 #include "base/check.h"
 
@@ -254,21 +255,31 @@ __global__ void __launch_bounds__(kRopeThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// mHC pre-mix and head collapse.
+// mHC pre-mix and head collapse: two kernels.
 //
-// A cluster of kHcSplit CTAs handles kTok tokens. The fn . x dot products and the sum of squares
-// of a token's hc * D values are split across the cluster in fixed chunk ranges; partials meet
-// through distributed shared memory and are added in rank order, so the order depends only on
-// hc * D. Splitting matters for T = 1 (fn is 1.5 MB fp32: one SM would need ~12 us to stream it,
-// eight SMs ~2 us); kTok > 1 lets large batches reuse each fn chunk from registers for several
-// tokens. Every CTA then computes pre/mixes redundantly (same inputs, same order, same bits),
-// collapses its share of D, and warp 0 of rank tk runs token tk's Sinkhorn (shuffles only, ~40
-// dependent division steps) overlapping the collapse of the other warps.
+// hc_dots: the kMix dot products fn_j . x and the sum of squares x . x of every token's hc * D
+// values (the expensive part: fn is 1.5 MB fp32 for hc 4, D 4096). The row is cut into `splits`
+// fixed chunk ranges (from hc and D only: hc_splits); CTA (tile, s) stages range s of every fn row
+// in shared memory and its 8 warps apply it to kTokW tokens each (so a prefill tile of 32 tokens
+// reads each fn value once from L2, and a single decode token still has `splits` CTAs streaming fn
+// in parallel). Lane l of a warp takes chunks l, l + 32, ... of the range in increasing order for
+// each of its tokens, the lanes meet in an xor butterfly (warp_sum_halving: the same additions for
+// any number of values), and the partial goes to part[token][s][v].
+// hc_finish: one CTA per token adds its partials over s in increasing order, forms mixes, pre, post
+// and comb (warp 0's Sinkhorn overlaps the other warps' collapse) and collapses the streams.
+// A token's bits therefore depend on hc and D only, never on M or on the token's tile.
 
 constexpr int kHcThreads = 256;
 constexpr int kHcWarps = kHcThreads / 32;
-constexpr int kHcSplit = 8;         // CTAs per cluster (portable cluster size)
-constexpr int kHcManyTokens = 128;  // from this M on, kTok > 1 (does not change any token's bits)
+constexpr int kHcMinSplits = 32;               // CTAs streaming fn for a single token
+constexpr size_t kHcStageBytes = 96 * 1024;    // fn range staged per CTA, at most
+
+// Number of chunk ranges of a row of hc * D values (a function of hc and D only).
+int hc_splits(int hc, int D, int mixes) {
+  const long long chunks = ceil_div(hc * D, 4);
+  const long long by_smem = (static_cast<long long>(mixes) * chunks * 16 + kHcStageBytes - 1) / kHcStageBytes;
+  return static_cast<int>(std::min<long long>(chunks, std::max<long long>(kHcMinSplits, by_smem)));
+}
 
 struct HcArgs {
   const float* X;
@@ -283,6 +294,8 @@ struct HcArgs {
   float* post;
   float* comb;
   bool vec;
+  int splits;
+  float* part;  // [M, splits, kMix + 1]
 };
 
 // Token's comb matrix (hc x hc, from the mixes) through softmax, +eps and Sinkhorn, by one warp;
@@ -353,108 +366,100 @@ __device__ void sinkhorn_warp(const float* mix, const float* base, float scale, 
     if (lane + 32 * s < kElems) comb_out[lane + 32 * s] = c[s];
 }
 
-template <int HC, int kMix, int kTok, bool kHead>
-__global__ void __cluster_dims__(kHcSplit, 1, 1) __launch_bounds__(kHcThreads) hc_mix_kernel(HcArgs a) {
-  static_assert(kTok <= kHcSplit, "one Sinkhorn warp per token: rank tk's warp 0");
+template <int HC, int kMix, int kTokW, bool kHead>
+__global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
   constexpr int kVals = kMix + 1;  // per token: kMix dot products, then the sum of squares
-  __shared__ float warp_part[kHcWarps][kTok * kVals];
-  __shared__ float cta_part[kTok * kVals];
-  __shared__ float total[kTok * kVals];
-  __shared__ float mixes[kTok][kMix];
-
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
+  constexpr int kPadded = (kTokW * kVals + 31) / 32 * 32;
+  extern __shared__ float4 fn_s[];  // [kMix][span]
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const int tok0 = static_cast<int>(blockIdx.x / kHcSplit) * kTok;
-  const int ntok = min(kTok, a.M - tok0);
   const int W = HC * a.D;
-
-  // Tokens past M (last group) alias the group's first token; their results are never stored.
-  const float* xrow[kTok];
+  const long long chunks = ceil_div(W, 4);
+  const int s = static_cast<int>(blockIdx.y);
+  const int c0 = static_cast<int>(chunks * s / a.splits), c1 = static_cast<int>(chunks * (s + 1) / a.splits);
+  const int span = c1 - c0;
+  for (int i = tid; i < kMix * span; i += kHcThreads) {
+    const int j = i / span, c = i % span;
+    fn_s[i] = load4(a.fn + static_cast<size_t>(j) * W, c0 + c, W, a.vec);
+  }
+  __syncthreads();
+  const int tok0 = (static_cast<int>(blockIdx.x) * kHcWarps + warp) * kTokW;
+  if (tok0 >= a.M) return;
+  const int ntok = min(kTokW, a.M - tok0);
+  // Tokens past M alias the warp's first token; their results are never stored.
+  const float* xrow[kTokW];
 #pragma unroll
-  for (int tk = 0; tk < kTok; ++tk) {
+  for (int tk = 0; tk < kTokW; ++tk) {
     const int m = tok0 + (tk < ntok ? tk : 0);
     const int r = kHead ? a.rows[m] : m;
     xrow[tk] = a.X + static_cast<size_t>(r) * W;
   }
-
-  // 1) This CTA's chunk range of every token's row: sum of squares and fn . x.
-  const int chunks = ceil_div(W, 4);
-  const int c_begin = static_cast<int>(static_cast<long long>(chunks) * rank / kHcSplit);
-  const int c_end = static_cast<int>(static_cast<long long>(chunks) * (rank + 1) / kHcSplit);
-  // acc[tk * kVals + v], padded with zeros to whole warps for warp_sum_halving.
-  constexpr int kPadded = (kTok * kVals + 31) / 32 * 32;
   float acc[kPadded];
 #pragma unroll
   for (int v = 0; v < kPadded; ++v) acc[v] = 0.0f;
-  for (int c = c_begin + tid; c < c_end; c += kHcThreads) {
-    float4 xv[kTok];
+  for (int c = lane; c < span; c += 32) {
+    float4 xv[kTokW];
 #pragma unroll
-    for (int tk = 0; tk < kTok; ++tk) {
-      xv[tk] = load4(xrow[tk], c, W, a.vec);
+    for (int tk = 0; tk < kTokW; ++tk) {
+      xv[tk] = load4(xrow[tk], c0 + c, W, a.vec);
       acc[tk * kVals + kMix] = dot4(xv[tk], xv[tk], acc[tk * kVals + kMix]);
     }
 #pragma unroll
     for (int j = 0; j < kMix; ++j) {
-      const float4 f = load4(a.fn + static_cast<size_t>(j) * W, c, W, a.vec);
+      const float4 f = fn_s[j * span + c];
 #pragma unroll
-      for (int tk = 0; tk < kTok; ++tk) acc[tk * kVals + j] = dot4(f, xv[tk], acc[tk * kVals + j]);
+      for (int tk = 0; tk < kTokW; ++tk) acc[tk * kVals + j] = dot4(f, xv[tk], acc[tk * kVals + j]);
     }
   }
-
-  // 2) Warp (butterfly tree), block (warps in order), then cluster (ranks in order) reduction.
   warp_sum_halving(acc);
 #pragma unroll
   for (int i = 0; i < kPadded / 32; ++i) {
     const int v = lane * (kPadded / 32) + i;
-    if (v < kTok * kVals) warp_part[warp][v] = acc[i];
+    const int tk = v / kVals;
+    if (v < kTokW * kVals && tk < ntok)
+      a.part[(static_cast<size_t>(tok0 + tk) * a.splits + s) * kVals + v % kVals] = acc[i];
+  }
+}
+
+template <int HC, int kMix, bool kHead>
+__global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(HcArgs a) {
+  constexpr int kVals = kMix + 1;
+  __shared__ float total[kVals];
+  __shared__ float mixes[kMix];
+  __shared__ float pre[HC];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32;
+  const int m = static_cast<int>(blockIdx.x);
+  const int W = HC * a.D;
+  if (tid < kVals) {
+    const float* p = a.part + static_cast<size_t>(m) * a.splits * kVals + tid;
+    float sum = 0.0f;
+    for (int i = 0; i < a.splits; ++i) sum += p[static_cast<size_t>(i) * kVals];
+    total[tid] = sum;
   }
   __syncthreads();
-  for (int v = tid; v < kTok * kVals; v += kHcThreads) {
-    float s = 0.0f;
-    for (int w = 0; w < kHcWarps; ++w) s += warp_part[w][v];
-    cta_part[v] = s;
-  }
-  cluster.sync();
-  for (int v = tid; v < kTok * kVals; v += kHcThreads) {
-    float s = 0.0f;
-    for (int r = 0; r < kHcSplit; ++r) s += cluster.map_shared_rank(cta_part, r)[v];
-    total[v] = s;
-  }
-  cluster.sync();  // no CTA leaves (or reuses cta_part) while another still reads it
-
-  // 3) mixes = (fn . x) * rsqrt(mean(x^2) + eps), i.e. fn . rmsnorm(x).
-  __shared__ float pre[kTok][HC];
-  for (int v = tid; v < kTok * kMix; v += kHcThreads) {
-    const int tk = v / kMix, j = v % kMix;
-    const float r = 1.0f / sqrtf(total[tk * kVals + kMix] / static_cast<float>(W) + a.norm_eps);
-    const float mix = total[tk * kVals + j] * r;
-    mixes[tk][j] = mix;
-    if (j < HC) pre[tk][j] = sigmoidf(fmaf(mix, a.scale[0], a.base[j])) + a.hc_eps;
+  // mixes = (fn . x) * rsqrt(mean(x^2) + eps), i.e. fn . rmsnorm(x).
+  if (tid < kMix) {
+    const float r = 1.0f / sqrtf(total[kMix] / static_cast<float>(W) + a.norm_eps);
+    const float mix = total[tid] * r;
+    mixes[tid] = mix;
+    if (tid < HC) pre[tid] = sigmoidf(fmaf(mix, a.scale[0], a.base[tid])) + a.hc_eps;
   }
   __syncthreads();
-
-  // 4) post and comb of token `rank` (hc_pre only).
   if constexpr (!kHead) {
-    if (warp == 0 && rank < ntok) {
-      const int m = tok0 + rank;
+    if (warp == 0) {
+      const int lane = tid % 32;
       if (lane < HC)
-        a.post[static_cast<size_t>(m) * HC + lane] =
-            2.0f * sigmoidf(fmaf(mixes[rank][HC + lane], a.scale[1], a.base[HC + lane]));
-      sinkhorn_warp<HC>(mixes[rank], a.base, a.scale[2], a.iters, a.hc_eps, a.comb + static_cast<size_t>(m) * HC * HC);
+        a.post[static_cast<size_t>(m) * HC + lane] = 2.0f * sigmoidf(fmaf(mixes[HC + lane], a.scale[1], a.base[HC + lane]));
+      sinkhorn_warp<HC>(mixes, a.base, a.scale[2], a.iters, a.hc_eps, a.comb + static_cast<size_t>(m) * HC * HC);
     }
   }
-
-  // 5) collapsed[m, d] = sum_i pre_i X[m, i, d]; the cluster's CTAs share the chunks of D.
+  // collapsed[m, d] = sum_i pre_i X[m, i, d].
+  const float* x = a.X + static_cast<size_t>(kHead ? a.rows[m] : m) * W;
   const int d_chunks = ceil_div(a.D, 4);
-  for (int c = rank * kHcThreads + tid; c < d_chunks; c += kHcSplit * kHcThreads) {
-    for (int tk = 0; tk < ntok; ++tk) {
-      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int c = tid; c < d_chunks; c += kHcThreads) {
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (int i = 0; i < HC; ++i)
-        o = fma4(pre[tk][i], load4(xrow[tk] + static_cast<size_t>(i) * a.D, c, a.D, a.vec), o);
-      store4(a.out + static_cast<size_t>(tok0 + tk) * a.D, c, a.D, a.vec, o);
-    }
+    for (int i = 0; i < HC; ++i) o = fma4(pre[i], load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec), o);
+    store4(a.out + static_cast<size_t>(m) * a.D, c, a.D, a.vec, o);
   }
 }
 
@@ -794,6 +799,78 @@ unsigned cast_grid(size_t n) {
   return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(blocks, 1), 8192));
 }
 
+// Runs hc_dots then hc_finish for kMix mixes (hc_pre: (2 + hc) hc; hc_head: hc).
+template <int HC, int kMix, bool kHead>
+void launch_hc(HcArgs a, cudaStream_t stream) {
+  // Accumulators per lane: kTokW * (kMix + 1), padded to 32; at most ~128 keeps them in registers.
+  constexpr int kTokW = 4 * (kMix + 1) <= 128 ? 4 : (2 * (kMix + 1) <= 128 ? 2 : 1);
+  const int span = ceil_div(ceil_div(HC * a.D, 4), a.splits);
+  const size_t smem = static_cast<size_t>(kMix) * span * sizeof(float4);
+  static bool configured = false;  // per instantiation; the attribute covers kHcStageBytes
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(hc_dots_kernel<HC, kMix, kTokW, kHead>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kHcStageBytes + 4096)));
+    configured = true;
+  }
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.M, kHcWarps * kTokW)), static_cast<unsigned>(a.splits));
+  hc_dots_kernel<HC, kMix, kTokW, kHead><<<grid, kHcThreads, smem, stream>>>(a);
+  hc_finish_kernel<HC, kMix, kHead><<<static_cast<unsigned>(a.M), kHcThreads, 0, stream>>>(a);
+}
+
+// ---------------------------------------------------------------------------------------------
+// greedy_rows: one CTA per row. Thread t scans ids t, t + 1024, ... (strict > keeps the lowest id),
+// then (value, id) pairs meet in a fixed tree: larger value wins, the lower id on equal values.
+
+constexpr int kGreedyThreads = 1024;
+
+struct ValId {
+  float v;
+  int id;
+};
+__device__ __forceinline__ ValId better(ValId a, ValId b) {
+  return (b.v > a.v || (b.v == a.v && b.id < a.id)) ? b : a;
+}
+
+__global__ void __launch_bounds__(kGreedyThreads)
+    greedy_rows_kernel(const float* __restrict__ logits, int V, int32_t* token, float* logprob) {
+  __shared__ ValId warp_best[kGreedyThreads / 32];
+  __shared__ float warp_sum_s[kGreedyThreads / 32];
+  __shared__ ValId best_s;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const float* x = logits + static_cast<size_t>(blockIdx.x) * V;
+  ValId b{-INFINITY, INT_MAX};
+  for (int v = tid; v < V; v += kGreedyThreads) {
+    const float a = x[v];
+    if (a > b.v) b = ValId{a, v};
+  }
+  for (int off = 16; off > 0; off >>= 1)
+    b = better(b, ValId{__shfl_xor_sync(kFullMask, b.v, off), __shfl_xor_sync(kFullMask, b.id, off)});
+  if (lane == 0) warp_best[warp] = b;
+  __syncthreads();
+  if (tid == 0) {
+    ValId r = warp_best[0];
+    for (int w = 1; w < kGreedyThreads / 32; ++w) r = better(r, warp_best[w]);
+    if (!(r.v > -INFINITY)) r = ValId{-INFINITY, 0};
+    best_s = r;
+  }
+  __syncthreads();
+  const ValId r = best_s;
+  const bool finite = isfinite(r.v);
+  float sum = 0.0f;
+  if (finite)
+    for (int v = tid; v < V; v += kGreedyThreads) sum += expf(x[v] - r.v);
+  sum = warp_sum(sum);
+  if (lane == 0) warp_sum_s[warp] = sum;
+  __syncthreads();
+  if (tid == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < kGreedyThreads / 32; ++w) total += warp_sum_s[w];
+    const float log_z = finite ? r.v + logf(total) : r.v;
+    token[blockIdx.x] = r.id;
+    logprob[blockIdx.x] = x[r.id] - log_z;
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -822,23 +899,24 @@ void rope(float* x, int M, int heads, int head_dim, const int64_t* pos, const fl
       x, heads, head_dim, pos, inv_freq, rope_dim, attention_factor, inverse, vec);
 }
 
+size_t hc_workspace_bytes(int M, int hc, int D, bool head) {
+  const int mixes = head ? hc : (2 + hc) * hc;
+  return static_cast<size_t>(std::max(M, 0)) * hc_splits(hc, D, mixes) * (mixes + 1) * sizeof(float);
+}
+
 void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* base, const float* scale, int iters,
-            float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, cudaStream_t stream) {
+            float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, void* workspace,
+            cudaStream_t stream) {
   if (M <= 0) return;
   DI_CHECK(D > 0, "D = %d", D);
+  DI_CHECK(workspace != nullptr, "hc_pre needs hc_workspace_bytes of workspace");
   const bool vec = D % 4 == 0 && aligned(X, 16) && aligned(fn, 16) && aligned(collapsed, 16);
-  const HcArgs args{X, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, post, comb, vec};
   with_hc(hc, [&](auto hc_constant) {
     constexpr int HC = decltype(hc_constant)::value;
     constexpr int kMix = (2 + HC) * HC;
-    // Accumulators per thread: kTok * (kMix + 1); at most ~128 keeps them in registers.
-    constexpr int kTokMany = 4 * (kMix + 1) <= 128 ? 4 : (2 * (kMix + 1) <= 128 ? 2 : 1);
-    if (M >= kHcManyTokens) {
-      const unsigned grid = static_cast<unsigned>(ceil_div(M, kTokMany) * kHcSplit);
-      hc_mix_kernel<HC, kMix, kTokMany, false><<<grid, kHcThreads, 0, stream>>>(args);
-    } else {
-      hc_mix_kernel<HC, kMix, 1, false><<<static_cast<unsigned>(M * kHcSplit), kHcThreads, 0, stream>>>(args);
-    }
+    const HcArgs args{X, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, post, comb, vec,
+                      hc_splits(HC, D, kMix), static_cast<float*>(workspace)};
+    launch_hc<HC, kMix, false>(args, stream);
   });
 }
 
@@ -853,14 +931,16 @@ void hc_post(float* X, const float* o, int M, int hc, int D, const float* post, 
 }
 
 void hc_head(const float* X, const int* rows, int R, int hc, int D, const float* fn, const float* base,
-             const float* scale, float hc_eps, float norm_eps, float* out, cudaStream_t stream) {
+             const float* scale, float hc_eps, float norm_eps, float* out, void* workspace, cudaStream_t stream) {
   if (R <= 0) return;
   DI_CHECK(D > 0, "D = %d", D);
+  DI_CHECK(workspace != nullptr, "hc_head needs hc_workspace_bytes of workspace");
   const bool vec = D % 4 == 0 && aligned(X, 16) && aligned(fn, 16) && aligned(out, 16);
-  const HcArgs args{X, rows, R, D, fn, base, scale, 0, hc_eps, norm_eps, out, nullptr, nullptr, vec};
   with_hc(hc, [&](auto hc_constant) {
     constexpr int HC = decltype(hc_constant)::value;
-    hc_mix_kernel<HC, HC, 1, true><<<static_cast<unsigned>(R * kHcSplit), kHcThreads, 0, stream>>>(args);
+    const HcArgs args{X, rows, R, D, fn, base, scale, 0, hc_eps, norm_eps, out, nullptr, nullptr, vec,
+                      hc_splits(HC, D, HC), static_cast<float*>(workspace)};
+    launch_hc<HC, HC, true>(args, stream);
   });
 }
 
@@ -907,6 +987,12 @@ void moe_combine(const float* y, const int* row_of, const int* sel, const float*
 void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t stream) {
   if (n == 0) return;
   to_bf16_kernel<<<cast_grid(n), kEltThreads, 0, stream>>>(x, n, y, aligned(x, 16) && aligned(y, 8));
+}
+
+void greedy_rows(const float* logits, int R, int V, int32_t* token, float* logprob, cudaStream_t stream) {
+  if (R <= 0) return;
+  DI_CHECK(V > 0, "V = %d", V);
+  greedy_rows_kernel<<<static_cast<unsigned>(R), kGreedyThreads, 0, stream>>>(logits, V, token, logprob);
 }
 
 void round_bf16(float* x, size_t n, cudaStream_t stream) {

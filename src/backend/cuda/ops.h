@@ -39,17 +39,20 @@ void rope(float* x, int M, int heads, int head_dim, const int64_t* pos, const fl
 // row softmax of (mixes[2hc + j hc + k] * scale[2] + base[...]) + hc_eps, then Sinkhorn (column
 // normalisation, then iters - 1 times row then column), dividing by (sum + hc_eps);
 // collapsed[m, d] = sum_i pre_i X[m, i, d]. Outputs: collapsed [M, D], post [M, hc], comb [M, hc, hc]
-// (comb[j][k]: input stream j -> output stream k). hc <= 8.
+// (comb[j][k]: input stream j -> output stream k). hc <= 8. `workspace`: at least
+// hc_workspace_bytes(M, hc, D, false) bytes, 16-byte aligned (partial dot products).
+size_t hc_workspace_bytes(int M, int hc, int D, bool head);
 void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* base, const float* scale, int iters,
-            float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, cudaStream_t stream);
+            float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, void* workspace,
+            cudaStream_t stream);
 // X[m, k, d] <- post[m, k] * o[m, d] + sum_j comb[m, j, k] * X[m, j, d]  (in place; CpuBackend::hc_post).
 void hc_post(float* X, const float* o, int M, int hc, int D, const float* post, const float* comb,
              cudaStream_t stream);
 // Final collapse for the rows that produce logits (CpuBackend::hc_head), reading X rows rows[r]
 // (device [R] ints, indices into X's token dimension): fn [hc, hc * D], base [hc], scale [1];
-// out [R, D].
+// out [R, D]. `workspace`: at least hc_workspace_bytes(R, hc, D, true) bytes.
 void hc_head(const float* X, const int* rows, int R, int hc, int D, const float* fn, const float* base,
-             const float* scale, float hc_eps, float norm_eps, float* out, cudaStream_t stream);
+             const float* scale, float hc_eps, float norm_eps, float* out, void* workspace, cudaStream_t stream);
 
 // SwiGLU with clamp on a fused gate|up projection gu [M, 2 * inter] (columns [0, inter) = W1 x,
 // [inter, 2 inter) = W3 x): out[m, i] = bf16(silu(min(g, limit)) * clamp(u, -limit, limit)
@@ -84,5 +87,11 @@ void moe_combine(const float* y, const int* row_of, const int* sel, const float*
 // Casts and roundings.
 void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t stream);
 void round_bf16(float* x, size_t n, cudaStream_t stream);  // in place: x = fp32(bf16(x))
+
+// Greedy token of each logits row (logits [R, V] fp32): token[r] = argmax (lowest id on ties; NaN
+// never wins; 0 when no value beats -inf) and logprob[r] = its raw log-softmax value,
+// logits[r, token] - (max + log(sum_v exp(logits[r, v] - max))) (the sum in a fixed order per row:
+// batch-invariant, not the CPU sampler's double sum).
+void greedy_rows(const float* logits, int R, int V, int32_t* token, float* logprob, cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda

@@ -129,51 +129,59 @@ __global__ void store_page_rows_kernel(StepView st, const NewRow* rows, const fl
     dst[c] = __float2bfloat16_rn(src[static_cast<size_t>(blockIdx.y) * dims + c]);
 }
 
-__global__ void fill_attention_rows_kernel(StepView st, const int* row_begin, size_t ring_offset, const bf16* chunk_kv,
-                                           int dims, const int* selected, int topk, size_t page_offset,
-                                           int rows_per_page, const bf16** rows) {
+__global__ void fill_attention_rows_kernel(StepView st, const int* row_begin, size_t ring_offset,
+                                           const uint8_t* chunk_rows, size_t row_bytes, const int* selected, int topk,
+                                           size_t page_offset, int rows_per_page, const void** rows) {
   const int t = static_cast<int>(blockIdx.x);
   const SeqMeta sm = st.seqs[st.tok_seq[t]];
   const int64_t pos = st.pos[t];
   const int64_t first = pos - st.window + 1 > 0 ? pos - st.window + 1 : 0;
   const int n_window = static_cast<int>(pos - first + 1);
   const int begin = row_begin[t], count = row_begin[t + 1] - begin;
-  const size_t row_bytes = static_cast<size_t>(dims) * 2;
   const uint8_t* ring = st.slots + static_cast<size_t>(sm.slot) * st.slot_bytes + ring_offset;
   for (int j = static_cast<int>(threadIdx.x); j < count; j += static_cast<int>(blockDim.x)) {
-    const bf16* row;
+    const void* row;
     if (j < n_window) {
       const int64_t p = first + j;
-      row = p < sm.start ? reinterpret_cast<const bf16*>(ring + static_cast<size_t>(p % st.window) * row_bytes)
-                         : chunk_kv + static_cast<size_t>(sm.offset + (p - sm.start)) * dims;
+      row = p < sm.start ? ring + static_cast<size_t>(p % st.window) * row_bytes
+                         : chunk_rows + static_cast<size_t>(sm.offset + (p - sm.start)) * row_bytes;
     } else {
       const int k = j - n_window;
       const int64_t r = selected ? selected[static_cast<size_t>(t) * topk + k] : k;
-      row = reinterpret_cast<const bf16*>(page_row(st, sm, r, page_offset, rows_per_page, row_bytes));
+      row = page_row(st, sm, r, page_offset, rows_per_page, row_bytes);
     }
     rows[begin + j] = row;
   }
 }
 
 __global__ void fill_key_rows_kernel(StepView st, const int* key_seq_begin, int ratio, size_t page_offset,
-                                     int rows_per_page, int dims, const bf16** keys) {
+                                     int rows_per_page, size_t row_bytes, const void** keys) {
   const int s = static_cast<int>(blockIdx.y);
   const SeqMeta sm = st.seqs[s];
   const int64_t total = (sm.start + sm.count) / ratio;
-  const size_t row_bytes = static_cast<size_t>(dims) * 2;
   for (int64_t r = blockIdx.x * blockDim.x + threadIdx.x; r < total; r += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    keys[key_seq_begin[s] + r] = reinterpret_cast<const bf16*>(page_row(st, sm, r, page_offset, rows_per_page, row_bytes));
+    keys[key_seq_begin[s] + r] = page_row(st, sm, r, page_offset, rows_per_page, row_bytes);
 }
 
-__global__ void store_ring_kernel(StepView st, const int32_t* tokens, const bf16* chunk_kv, int dims,
+// Copies whole rows in units of U bytes (row_bytes % sizeof(U) == 0, both ends U-aligned).
+template <class U>
+__global__ void store_ring_kernel(StepView st, const int32_t* tokens, const uint8_t* chunk_rows, size_t row_bytes,
                                   size_t ring_offset) {
   const int t = tokens[blockIdx.x];
   const SeqMeta sm = st.seqs[st.tok_seq[t]];
-  const size_t row_bytes = static_cast<size_t>(dims) * 2;
-  auto* dst = reinterpret_cast<uint4*>(st.slots + static_cast<size_t>(sm.slot) * st.slot_bytes + ring_offset +
-                                       static_cast<size_t>(st.pos[t] % st.window) * row_bytes);
-  const auto* src = reinterpret_cast<const uint4*>(chunk_kv + static_cast<size_t>(t) * dims);
-  for (int i = static_cast<int>(threadIdx.x); i < dims / 8; i += static_cast<int>(blockDim.x)) dst[i] = src[i];
+  auto* dst = reinterpret_cast<U*>(st.slots + static_cast<size_t>(sm.slot) * st.slot_bytes + ring_offset +
+                                   static_cast<size_t>(st.pos[t] % st.window) * row_bytes);
+  const auto* src = reinterpret_cast<const U*>(chunk_rows + static_cast<size_t>(t) * row_bytes);
+  const int n = static_cast<int>(row_bytes / sizeof(U));
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) dst[i] = src[i];
+}
+
+__global__ void page_row_pointers_kernel(StepView st, const NewRow* rows, int R, size_t page_offset, int rows_per_page,
+                                         size_t row_bytes, uint8_t** out) {
+  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= R) return;
+  const NewRow nr = rows[j];
+  out[j] = nr.seq < 0 ? nullptr : page_row(st, st.seqs[nr.seq], nr.row, page_offset, rows_per_page, row_bytes);
 }
 
 __global__ void split_groups_kernel(const float* o, int T, int G, int gw, bf16* og) {
@@ -252,25 +260,38 @@ void store_page_rows(const StepView& st, const NewRow* rows, int R, const float*
                                                                                rows_per_page);
 }
 
-void fill_attention_rows(const StepView& st, const int* row_begin, size_t ring_offset, const bf16* chunk_kv, int dims,
-                         const int* selected, int topk, size_t page_offset, int rows_per_page, const bf16** rows,
-                         cudaStream_t stream) {
+void fill_attention_rows(const StepView& st, const int* row_begin, size_t ring_offset, const uint8_t* chunk_rows,
+                         size_t row_bytes, const int* selected, int topk, size_t page_offset, int rows_per_page,
+                         const void** rows, cudaStream_t stream) {
   if (st.T == 0) return;
   fill_attention_rows_kernel<<<static_cast<unsigned>(st.T), 128, 0, stream>>>(
-      st, row_begin, ring_offset, chunk_kv, dims, selected, topk, page_offset, rows_per_page, rows);
+      st, row_begin, ring_offset, chunk_rows, row_bytes, selected, topk, page_offset, rows_per_page, rows);
 }
 
 void fill_key_rows(const StepView& st, const int* key_seq_begin, int max_keys_per_seq, int ratio, size_t page_offset,
-                   int rows_per_page, int dims, const bf16** keys, cudaStream_t stream) {
+                   int rows_per_page, size_t row_bytes, const void** keys, cudaStream_t stream) {
   if (st.S == 0 || max_keys_per_seq == 0) return;
   fill_key_rows_kernel<<<dim3(capped_blocks(static_cast<size_t>(max_keys_per_seq), 256), static_cast<unsigned>(st.S)), 256,
-                         0, stream>>>(st, key_seq_begin, ratio, page_offset, rows_per_page, dims, keys);
+                         0, stream>>>(st, key_seq_begin, ratio, page_offset, rows_per_page, row_bytes, keys);
 }
 
-void store_ring(const StepView& st, const int32_t* tokens, int n, const bf16* chunk_kv, int dims, size_t ring_offset,
-                cudaStream_t stream) {
+void store_ring(const StepView& st, const int32_t* tokens, int n, const uint8_t* chunk_rows, size_t row_bytes,
+                size_t ring_offset, cudaStream_t stream) {
   if (n == 0) return;
-  store_ring_kernel<<<static_cast<unsigned>(n), 64, 0, stream>>>(st, tokens, chunk_kv, dims, ring_offset);
+  if (row_bytes % 16 == 0)
+    store_ring_kernel<uint4><<<static_cast<unsigned>(n), 64, 0, stream>>>(st, tokens, chunk_rows, row_bytes, ring_offset);
+  else if (row_bytes % 8 == 0)
+    store_ring_kernel<uint2><<<static_cast<unsigned>(n), 64, 0, stream>>>(st, tokens, chunk_rows, row_bytes, ring_offset);
+  else
+    store_ring_kernel<uint8_t><<<static_cast<unsigned>(n), 128, 0, stream>>>(st, tokens, chunk_rows, row_bytes,
+                                                                             ring_offset);
+}
+
+void page_row_pointers(const StepView& st, const NewRow* rows, int R, size_t page_offset, int rows_per_page,
+                       size_t row_bytes, uint8_t** out, cudaStream_t stream) {
+  if (R == 0) return;
+  page_row_pointers_kernel<<<static_cast<unsigned>((R + 127) / 128), 128, 0, stream>>>(st, rows, R, page_offset,
+                                                                                       rows_per_page, row_bytes, out);
 }
 
 void split_groups(const float* o, int T, int G, int gw, bf16* og, cudaStream_t stream) {

@@ -71,21 +71,28 @@ void store_page_rows(const StepView& st, const NewRow* rows, int R, const float*
                      int rows_per_page, cudaStream_t stream);
 
 // Attention row lists. For token t, rows[row_begin[t] ..): its window rows oldest first (ring rows
-// of earlier steps at slot byte offset ring_offset, the chunk's own rows from chunk_kv [T, dims]),
-// then its compressed rows: all (pos + 1) / ratio of them when `selected` is null (HCA), else
-// selected[t * topk + j] for j < row_begin[t + 1] - row_begin[t] - window rows (CSA). Compressed
-// row r is in page block_tables[bt_begin + r / rows_per_page] at page_offset + (r % rows_per_page) *
-// row bytes. Sliding-only layers have no compressed rows.
-void fill_attention_rows(const StepView& st, const int* row_begin, size_t ring_offset, const bf16* chunk_kv, int dims,
-                         const int* selected, int topk, size_t page_offset, int rows_per_page, const bf16** rows,
-                         cudaStream_t stream);
+// of earlier steps at slot byte offset ring_offset, the chunk's own rows from chunk_rows [T] rows of
+// row_bytes each), then its compressed rows: all (pos + 1) / ratio of them when `selected` is null
+// (HCA), else selected[t * topk + j] for j < row_begin[t + 1] - row_begin[t] - window rows (CSA).
+// Compressed row r is in page block_tables[bt_begin + r / rows_per_page] at page_offset +
+// (r % rows_per_page) * row_bytes. Sliding-only layers have no compressed rows. Rows of any KV cache
+// dtype (row_bytes = the row format's bytes).
+void fill_attention_rows(const StepView& st, const int* row_begin, size_t ring_offset, const uint8_t* chunk_rows,
+                         size_t row_bytes, const int* selected, int topk, size_t page_offset, int rows_per_page,
+                         const void** rows, cudaStream_t stream);
 // Indexer key lists: sequence s's keys 0 .. (start + count) / ratio - 1 go to keys[key_seq_begin[s] ..).
 void fill_key_rows(const StepView& st, const int* key_seq_begin, int max_keys_per_seq, int ratio, size_t page_offset,
-                   int rows_per_page, int dims, const bf16** keys, cudaStream_t stream);
+                   int rows_per_page, size_t row_bytes, const void** keys, cudaStream_t stream);
 
-// Ring store: for each token in `tokens` [n], chunk_kv[t] goes to its sequence's ring row pos % window.
-void store_ring(const StepView& st, const int32_t* tokens, int n, const bf16* chunk_kv, int dims, size_t ring_offset,
-                cudaStream_t stream);
+// Ring store: for each token in `tokens` [n], its row of chunk_rows (row_bytes each, already in the
+// cache's format) goes to its sequence's ring row pos % window.
+void store_ring(const StepView& st, const int32_t* tokens, int n, const uint8_t* chunk_rows, size_t row_bytes,
+                size_t ring_offset, cudaStream_t stream);
+
+// out[j] = the page address of new row j (as store_page_rows places it, rows of row_bytes), or null
+// for padding entries (seq -1): the destinations of an encoder (kv_fp8.h).
+void page_row_pointers(const StepView& st, const NewRow* rows, int R, size_t page_offset, int rows_per_page,
+                       size_t row_bytes, uint8_t** out, cudaStream_t stream);
 
 // Grouped output projection layouts: split o [T, G * gw] fp32 into og [G, T, gw] bf16; merge
 // zo [G, T, r] fp32 into out [T, G * r] bf16.
