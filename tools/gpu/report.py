@@ -2,7 +2,7 @@
 """Turns tools/gpu/run_all.sh's outputs into a markdown report and pareto plots.
 
 Reads OUT/{gpu.txt, gemm.jsonl, model.jsonl, hf.jsonl, tests.log}; writes markdown to stdout and
-OUT/pareto_decode.png, OUT/pareto_prefill.png. Floors: decode = (weight bytes + KV bytes) / the
+OUT/pareto_decode.png, OUT/pareto_prefill.png, OUT/pareto_engine.png (engine.jsonl). Floors: decode = (weight bytes + KV bytes) / the
 measured copy bandwidth; prefill = FLOPs / the best bf16 GEMM rate measured in the same run (cuBLAS
 on the largest square case), or 790 TFLOP/s (the device notes' measurement) when none was.
 """
@@ -28,6 +28,7 @@ def main():
     attention = jsonl(os.path.join(out, "attention.jsonl"))
     gemm = jsonl(os.path.join(out, "gemm.jsonl"))
     hf = jsonl(os.path.join(out, "hf.jsonl"))
+    engine = jsonl(os.path.join(out, "engine.jsonl"))
     bw = next((r["gbs"] for r in model if r.get("kind") == "bandwidth"), None)
     peak = max((r.get("cublas_tflops", 0) or 0 for r in gemm), default=0) or 790.0
     print("# deepinfer CUDA backend: benchmark report\n")
@@ -74,6 +75,17 @@ def main():
             print(f"| {r['batch']} | {r['prompt']} | {r['prefill_tok_s']:.0f} | {r['decode_step_ms']:.2f} | "
                   f"{r['decode_tok_s']:.1f} |")
         print()
+    if engine:
+        e0 = engine[0]
+        print("## Whole engine on the GPU (deepinfer_bench_engine --device cuda: scheduler, async loop, "
+              f"greedy on the GPU; the bf16 oracle checkpoint, {e0['prompt']}-token prompts, {e0['output']} output tokens)\n")
+        print("| concurrency | wall s | output tok/s per GPU | tok/s per user | total tok/s | TTFT ms | TPOT ms |")
+        print("|---|---|---|---|---|---|---|")
+        for r in engine:
+            per_user = 1e3 / r["tpot_ms"] if r["tpot_ms"] > 0 else float("nan")
+            print(f"| {r['concurrency']} | {r['wall_s']:.2f} | {r['out_tok_s']:.0f} | {per_user:.0f} | {r['total_tok_s']:.0f} | "
+                  f"{r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} |")
+        print()
     if attention:
         print("## Attention kernels, raw lines\n")
         print("```")
@@ -103,6 +115,18 @@ def main():
             ax.set_title("v4-mid decode on one H200 (x: transformers)")
             ax.legend(fontsize=8)
             fig.tight_layout(); fig.savefig(os.path.join(out, "pareto_decode.png"), dpi=110)
+        if engine:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            pts = [(1e3 / r["tpot_ms"], r["out_tok_s"], r["concurrency"]) for r in engine if r["tpot_ms"] > 0]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="deepinfer engine (GPU)")
+            for x, y, c in pts:
+                ax.annotate(str(c), (x, y), fontsize=7)
+            ax.set_xlabel("tokens/s per user (1 / TPOT)")
+            ax.set_ylabel("output tokens/s per GPU")
+            ax.set_xscale("log"); ax.set_yscale("log"); ax.grid(True, which="both", alpha=.3)
+            ax.set_title("engine concurrency sweep on one H200 (labels: concurrency)")
+            ax.legend(fontsize=8)
+            fig.tight_layout(); fig.savefig(os.path.join(out, "pareto_engine.png"), dpi=110)
         if pre:
             fig, ax = plt.subplots(figsize=(6, 4))
             ax.plot([r["ms"] for r in pre], [r["tok_s"] for r in pre], "o-", label="deepinfer")
