@@ -1142,6 +1142,11 @@ Result<std::unique_ptr<CudaModel::Impl>> make_impl(const ModelConfig& config, co
   if (options.kv_cache_dtype == model::KvCacheDtype::kF32)
     return Status::unsupported("the CUDA backend stores KV rows as bfloat16 or fp8, not float32");
   DI_ASSIGN_OR_RETURN(impl->shape, model::make_state_cache_shape(config, block, options.kv_cache_dtype));
+  if (options.kv_cache_dtype == model::KvCacheDtype::kFP8 && impl->shape.kv_row.bytes() % 8 != 0)
+    return Status::unsupported("CUDA backend: an fp8 KV cache needs FP8 KV rows of a multiple of 8 bytes; head_dim = " +
+                               std::to_string(config.head_dim) + " with qk_rope_head_dim = " +
+                               std::to_string(config.rope_head_dim) + " gives " +
+                               std::to_string(impl->shape.kv_row.bytes()) + " (use kv cache dtype bfloat16)");
   const int64_t capacity = impl->shape.page_bytes > 0 ? static_cast<int64_t>(options.num_blocks) * block
                                                       : config.max_position_embeddings;
   impl->max_model_len = static_cast<int>(std::min<int64_t>(capacity, config.max_position_embeddings));
