@@ -62,6 +62,9 @@ deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu)
 # attention-side readers live in deepinfer_cuda_attention).
 deepinfer_cuda_part(deepinfer_cuda_kv_fp8 src/backend/cuda/kv_fp8.cu)
 target_link_libraries(deepinfer_cuda_kv_fp8 PUBLIC deepinfer_cuda_attention)
+# Block-scaled FP8 GEMMs (FP8 / FP4 checkpoint weights, release numerics) and the FP8 activation
+# quantizer. Tested and benchmarked on their own; not yet called by CudaModel (docs/cuda.md).
+deepinfer_cuda_part(deepinfer_cuda_fp8_gemm src/backend/cuda/fp8_gemm.cu)
 
 # The V4 forward on the GPU (device weights, device state cache, step orchestration).
 deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/v4_kernels.cu
@@ -97,6 +100,8 @@ if(DEEPINFER_TESTS)
   deepinfer_cuda_test(deepinfer_cuda_model_tests tests/cuda/model_test.cc)
   deepinfer_cuda_test(deepinfer_cuda_fixture_tests tests/cuda/fixture_test.cc)
   deepinfer_cuda_test(deepinfer_cuda_kv_fp8_tests tests/cuda/kv_fp8_test.cc)
+  deepinfer_cuda_test(deepinfer_cuda_fp8_gemm_tests tests/cuda/fp8_gemm_test.cc)
+  target_link_libraries(deepinfer_cuda_fp8_gemm_tests PRIVATE deepinfer_cuda_fp8_gemm)
 endif()
 
 # GPU benchmarks (run by tools/gpu/run_all.sh on the H200).
@@ -106,6 +111,6 @@ add_executable(deepinfer_bench_model bench/cuda/model_bench.cc)
 target_link_libraries(deepinfer_bench_model PRIVATE deepinfer_backend_cuda)
 add_executable(deepinfer_bench_attention bench/cuda/attention_bench.cc)
 target_link_libraries(deepinfer_bench_attention PRIVATE deepinfer_cuda_attention)
+add_executable(deepinfer_bench_fp8_gemm bench/cuda/fp8_gemm_bench.cc)
+target_link_libraries(deepinfer_bench_fp8_gemm PRIVATE deepinfer_cuda_fp8_gemm)
 
-# Further kernel families, one file each (their own libraries, tests and benchmarks).
-include(${CMAKE_CURRENT_LIST_DIR}/cuda_fp8.cmake OPTIONAL)

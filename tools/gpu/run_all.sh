@@ -73,13 +73,14 @@ if has test; then
   stamp "GPU tests"
   : >"$out/tests.log"
   for t in $build/deepinfer_cuda_*_tests; do
-    "$t" --gtest_brief=1 >>"$out/tests.log" 2>&1 || status=1
+    # line-buffered: a test binary that aborts keeps the lines it printed before
+    stdbuf -oL "$t" --gtest_brief=1 >>"$out/tests.log" 2>&1 || status=1
   done
   if [ -x $build/tests/deepinfer_model_tests ]; then
     stamp "engine tests (CPU and GPU devices)"
     filter='Engine*'  # the engine on both devices (tests that need the tokenizer fixture only where it is)
     [ -f "$shared/fixtures/tokenizer/deepseek-v3/tokenizer.json" ] || filter="$filter:-Engine.StopStringsWithATokenizer"
-    $build/tests/deepinfer_model_tests --gtest_brief=1 --gtest_filter="$filter" >>"$out/tests.log" 2>&1 || status=1
+    stdbuf -oL $build/tests/deepinfer_model_tests --gtest_brief=1 --gtest_filter="$filter" >>"$out/tests.log" 2>&1 || status=1
   fi
   grep -E '^\[  (FAILED|PASSED)|rel rms|mean abs|Failure|Expected|Which is|actual' "$out/tests.log"
 fi

@@ -98,6 +98,15 @@ __device__ __forceinline__ uint32_t e2m1_code(float v) {
   return (signbit(v) ? 8u : 0u) | c;
 }
 
+// io::f32_to_bf16 (RNE, NaN quieted) in integer arithmetic. Not __float2bfloat16_rn: on H200, nvcc 13.0
+// code stored a saturating f32 -> u8 of the value as the low byte (0 for tiny, 255 for huge positive
+// values; high byte right): ptxas appears to fuse cvt.rn.bf16.f32 with the st.u8 (cf. tinygrad#17343).
+__device__ __forceinline__ uint32_t bf16_bits_rn(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return ((bits >> 16) | 0x40u) & 0xffffu;
+  return ((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16) & 0xffffu;
+}
+
 __device__ __forceinline__ uint8_t* row_destination(uint8_t* const* dst_rows, uint8_t* dst, size_t dst_stride, int row) {
   return dst_rows != nullptr ? dst_rows[row] : dst + static_cast<size_t>(row) * dst_stride;
 }
@@ -129,7 +138,7 @@ __global__ void __launch_bounds__(kEncodeThreads) encode_kv_fp8_kernel(const Src
   if (lane == 0 && (nope + nb) % 2 != 0) d[nope + nb] = 0;  // the pad byte
   uint8_t* tail = d + (static_cast<size_t>(nope) + nb + 1) / 2 * 2;
   for (int i = lane; i < rope_dims; i += 32) {
-    const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(widen(x[nope + i])));
+    const uint32_t h = bf16_bits_rn(widen(x[nope + i]));
     tail[2 * i] = static_cast<uint8_t>(h & 0xffu);
     tail[2 * i + 1] = static_cast<uint8_t>(h >> 8);
   }
