@@ -24,6 +24,7 @@
 // conversions + HMMA.16816.F32 (no native FP8 mma.sync on Hopper; native FP8 is wgmma only), which
 // caps large-M throughput near 200 TFLOP/s; bits are unaffected (both conversions are exact).
 #include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/fp8_round.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -842,30 +843,6 @@ __global__ void __launch_bounds__(DecodeCfg::kThreads, 2) fp8_decode_kernel(cons
 // ---------------------------------------------------------------------------------------------
 // Quantizer: one warp per 128-value block.
 
-// model::round_e4m3 (as release_kernels.cu): nearest e4m3fn value, ties to even, saturating at 448.
-__device__ inline float round_e4m3(float x) {
-  if (isnan(x)) return x;
-  const float a = fabsf(x);
-  if (a >= 448.0f) return copysignf(448.0f, x);
-  if (a == 0.0f) return x;
-  int e;
-  frexpf(a, &e);
-  int E = e - 1;
-  if (E < -6) E = -6;
-  float r = ldexpf(rintf(ldexpf(a, -(E - 3))), E - 3);
-  if (r > 448.0f) r = 448.0f;
-  return copysignf(r, x);
-}
-
-// model::pow2_ceil_scale with the product in fp32.
-__device__ inline float pow2_ceil_scale(float a, float inv_qmax) {
-  const float t = __fmul_rn(a, inv_qmax);
-  const unsigned bits = __float_as_uint(t);
-  const int exp = static_cast<int>((bits >> 23) & 0xff);
-  const int up = (bits & 0x7fffff) != 0 ? 1 : 0;
-  return ldexpf(1.0f, exp - 127 + up);
-}
-
 // The e4m3fn code of a value on the e4m3 grid (|q| <= 448) or NaN (0x7F).
 __device__ inline uint8_t e4m3_code(float q) {
   if (isnan(q)) return 0x7F;
@@ -897,7 +874,7 @@ __global__ void quantize_kernel(const T* x, int M, int K, uint8_t* codes, float*
   float amax = 0.0f;
   for (int i = b + lane; i < e; i += 32) amax = fmaxf(amax, fabsf(to_float(xr[i])));
   for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = pow2_ceil_scale(fmaxf(amax, 1e-4f), 1.0f / 448.0f);
+  const float s = pow2_ceil_scale_f32(fmaxf(amax, 1e-4f), 1.0f / 448.0f);
   for (int i = b + lane; i < e; i += 32) cr[i] = e4m3_code(round_e4m3(__fdiv_rn(to_float(xr[i]), s)));
   if (lane == 0) scales[static_cast<size_t>(m) * blocks_per_row + kb] = s;
 }

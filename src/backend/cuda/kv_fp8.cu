@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/kv_fp8.h"
+#include "backend/cuda/fp8_round.cuh"
 #include "backend/cuda/kv_fp8_device.cuh"
 
 namespace deepinfer::backend::cuda {
@@ -50,21 +51,6 @@ __device__ __forceinline__ Pow2Scale pow2_ceil_scale(float a, float inv_qmax) {
   const uint32_t bits = __float_as_uint(__fmul_rn(a, inv_qmax));
   const uint32_t byte = ((bits >> 23) & 0xffu) + ((bits & 0x7fffffu) != 0u ? 1u : 0u);
   return {__uint_as_float(byte << 23), byte};
-}
-
-// model::round_e4m3.
-__device__ __forceinline__ float round_e4m3(float x) {
-  if (isnan(x)) return x;
-  const float a = fabsf(x);
-  if (a >= 448.0f) return copysignf(448.0f, x);
-  if (a == 0.0f) return x;
-  int e;
-  frexpf(a, &e);
-  int E = e - 1;
-  if (E < -6) E = -6;
-  float r = ldexpf(rintf(ldexpf(a, -(E - 3))), E - 3);
-  if (r > 448.0f) r = 448.0f;
-  return copysignf(r, x);
 }
 
 // kv_format.cc's e4m3_code (v on the e4m3 grid).

@@ -4,35 +4,12 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/release_kernels.h"
+#include "backend/cuda/fp8_round.cuh"
 
 namespace deepinfer::backend::cuda {
 namespace {
 
 __device__ inline float bf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
-// model::round_e4m3: nearest e4m3fn value, ties to even, saturating at +-448, subnormal step 2^-9.
-__device__ inline float round_e4m3(float x) {
-  if (isnan(x)) return x;
-  const float a = fabsf(x);
-  if (a >= 448.0f) return copysignf(448.0f, x);
-  if (a == 0.0f) return x;
-  int e;
-  frexpf(a, &e);
-  int E = e - 1;
-  if (E < -6) E = -6;
-  float r = ldexpf(rintf(ldexpf(a, -(E - 3))), E - 3);
-  if (r > 448.0f) r = 448.0f;
-  return copysignf(r, x);
-}
-
-// model::pow2_ceil_scale with the product in fp32.
-__device__ inline float pow2_ceil_scale(float a, float inv_qmax) {
-  const float t = __fmul_rn(a, inv_qmax);
-  const unsigned bits = __float_as_uint(t);
-  const int exp = static_cast<int>((bits >> 23) & 0xff);
-  const int up = (bits & 0x7fffff) != 0 ? 1 : 0;
-  return ldexpf(1.0f, exp - 127 + up);
-}
 
 // One warp per 128-value block.
 __global__ void fp8_round_trip_kernel(const bf16* x, int M, int K, bf16* y) {
@@ -46,7 +23,7 @@ __global__ void fp8_round_trip_kernel(const bf16* x, int M, int K, bf16* y) {
   float amax = 0.0f;
   for (int i = b + lane; i < e; i += 32) amax = fmaxf(amax, fabsf(__bfloat162float(xr[i])));
   for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = pow2_ceil_scale(fmaxf(amax, 1e-4f), 1.0f / 448.0f);
+  const float s = pow2_ceil_scale_f32(fmaxf(amax, 1e-4f), 1.0f / 448.0f);
   for (int i = b + lane; i < e; i += 32) {
     const float v = __bfloat162float(xr[i]);
     yr[i] = __float2bfloat16_rn(__fmul_rn(round_e4m3(__fdiv_rn(v, s)), s));
