@@ -55,7 +55,10 @@ function(deepinfer_cuda_part name)
   target_compile_options(${name} PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:${DEEPINFER_CUDA_FLAGS}>")
   target_link_libraries(${name} PUBLIC CUDA::cudart)
 endfunction()
-deepinfer_cuda_part(deepinfer_cuda_gemm src/backend/cuda/gemm.cu)
+# The GEMMs: mma.sync tiles (gemm.cu) and the TMA + wgmma large-M tiles (gemm_wgmma.cu), which need
+# the architecture-specific sm_90a target (wgmma.mma_async exists only there).
+deepinfer_cuda_part(deepinfer_cuda_gemm src/backend/cuda/gemm.cu src/backend/cuda/gemm_wgmma.cu)
+set_target_properties(deepinfer_cuda_gemm PROPERTIES CUDA_ARCHITECTURES 90a)
 deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu)
 deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu)
 # The FP8 KV cache: FP8 KV row / FP4 indexer key encoders and the release indexer over FP4 keys (the

@@ -148,16 +148,6 @@ void bench_shape(const Shape& shape, const std::vector<int>& ms, const Options& 
     else
       CUDA_CHECK(cudaMemcpy(weights[c], weights[0], weight_set_bytes, cudaMemcpyDeviceToDevice));
   }
-  // Per copy, the device array of the G group weight pointers (grouped_gemm reads them on the device).
-  std::vector<const bf16**> group_weight_arrays(copies, nullptr);
-  if (G > 1) {
-    for (int c = 0; c < copies; ++c) {
-      std::vector<const bf16*> ptrs(G);
-      for (int g = 0; g < G; ++g) ptrs[g] = static_cast<const bf16*>(weights[c]) + static_cast<size_t>(g) * N * K;
-      group_weight_arrays[c] = static_cast<const bf16**>(device_alloc(G * sizeof(bf16*)));
-      CUDA_CHECK(cudaMemcpy(group_weight_arrays[c], ptrs.data(), G * sizeof(bf16*), cudaMemcpyHostToDevice));
-    }
-  }
   const size_t out_size = opt.fp32_out ? 4 : 2;
   const cudaDataType_t out_type = opt.fp32_out ? CUDA_R_32F : CUDA_R_16BF;
 
@@ -184,9 +174,11 @@ void bench_shape(const Shape& shape, const std::vector<int>& ms, const Options& 
         const bf16* xb = static_cast<const bf16*>(x);
         if (G > 1) {
           if (opt.fp32_out)
-            dc::grouped_gemm(xb, d_offsets, G, M, K, group_weight_arrays[c], N, static_cast<float*>(y), stream);
+            dc::grouped_gemm_stacked(xb, d_offsets, G, M, K, static_cast<const bf16*>(weights[c]), N,
+                                     static_cast<float*>(y), stream);
           else
-            dc::grouped_gemm(xb, d_offsets, G, M, K, group_weight_arrays[c], N, static_cast<bf16*>(y), stream);
+            dc::grouped_gemm_stacked(xb, d_offsets, G, M, K, static_cast<const bf16*>(weights[c]), N,
+                                     static_cast<bf16*>(y), stream);
         } else if (config < 0) {
           if (opt.fp32_out)
             dc::gemm(xb, M, K, static_cast<const bf16*>(weights[c]), N, static_cast<float*>(y), stream);
@@ -259,8 +251,6 @@ void bench_shape(const Shape& shape, const std::vector<int>& ms, const Options& 
     CUDA_CHECK(cudaFree(x));
     CUDA_CHECK(cudaFree(y));
   }
-  for (const bf16** p : group_weight_arrays)
-    if (p) CUDA_CHECK(cudaFree(p));
   for (void* w : weights) CUDA_CHECK(cudaFree(w));
 }
 

@@ -295,6 +295,12 @@ void check_grouped(const std::vector<int>& group_rows, int slack_rows, int N, in
   for (int g = 0; g < G; ++g) weight_ptrs[g] = as_bf16(*dws[g % distinct_weights]);
   DeviceArray<int> d_offsets(offsets);
   DeviceArray<const bf16*> d_weights(weight_ptrs);
+  // The same weights back to back, for grouped_gemm_stacked (the form the TMA tiles can load).
+  const size_t matrix = static_cast<size_t>(N) * K;
+  DeviceArray<uint16_t> d_stacked(static_cast<size_t>(G) * matrix);
+  for (int g = 0; g < G; ++g)
+    CUDA_CHECK(cudaMemcpy(d_stacked.get() + g * matrix, dws[g % distinct_weights]->get(), matrix * 2,
+                          cudaMemcpyDeviceToDevice));
 
   // Expected: one gemm() per non-empty group.
   const size_t out_count = static_cast<size_t>(max_rows) * N;
@@ -309,10 +315,17 @@ void check_grouped(const std::vector<int>& group_rows, int slack_rows, int N, in
   }
 
   DeviceArray<HostOut> dy(out_count);
+  for (int stacked = 0; stacked < 2; ++stacked)
   for (int config = kAuto; config < gemm_testing::config_count(); ++config) {
     if (config != kAuto && !gemm_testing::config_runs_as_is(config, N, K)) continue;
     dy.upload(fresh);
-    if (config == kAuto)
+    if (stacked && config == kAuto)
+      grouped_gemm_stacked(as_bf16(dx), d_offsets.get(), G, max_rows, K, as_bf16(d_stacked), N, device_out(dy),
+                           nullptr);
+    else if (stacked)
+      gemm_testing::grouped_gemm_stacked_with_config(config, as_bf16(dx), d_offsets.get(), G, max_rows, K,
+                                                     as_bf16(d_stacked), N, device_out(dy), nullptr);
+    else if (config == kAuto)
       grouped_gemm(as_bf16(dx), d_offsets.get(), G, max_rows, K, d_weights.get(), N, device_out(dy), nullptr);
     else
       gemm_testing::grouped_gemm_with_config(config, as_bf16(dx), d_offsets.get(), G, max_rows, K, d_weights.get(), N,
@@ -320,7 +333,8 @@ void check_grouped(const std::vector<int>& group_rows, int slack_rows, int N, in
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<HostOut> got = dy.download();
-    const std::string name = config == kAuto ? "auto" : gemm_testing::config_name(config);
+    const std::string name = std::string(stacked ? "stacked " : "") +
+                             (config == kAuto ? "auto" : gemm_testing::config_name(config));
     for (int g = 0; g < G; ++g)
       for (int r = offsets[g]; r < offsets[g + 1]; ++r)
         EXPECT_EQ(std::memcmp(&got[static_cast<size_t>(r) * N], &expected[static_cast<size_t>(r) * N],
@@ -349,6 +363,9 @@ TEST(GemmCudaGrouped, RowsMatchGemmBitwise) {
   check_grouped<float>(many, 5, 100, 520);
   // A single group is an ordinary GEMM.
   check_grouped<float>({600}, 0, 4096, 1024);
+  // Prefill-sized MoE (the automatic choice is the TMA + wgmma tile for the stacked form): uneven
+  // groups that are not multiples of 128 rows, one empty.
+  check_grouped<uint16_t>({700, 0, 1290, 333, 900, 129, 1000, 64}, 17, 1024, 4096);
 }
 
 TEST(GemmCudaGrouped, AllEmptyWritesNothing) {

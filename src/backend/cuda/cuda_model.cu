@@ -97,17 +97,16 @@ struct DevLayer {
   float *attn_norm = nullptr, *ffn_norm = nullptr;
   DevMatrix wq_a, wq_b, wkv, wo_b;
   float *q_norm = nullptr, *kv_norm = nullptr, *sinks = nullptr;
-  std::vector<DevMatrix> wo_a;  // o_groups x [o_lora, heads * head_dim / o_groups]
-  const bf16** wo_a_ptrs = nullptr;  // device array of the groups' weight pointers (one grouped GEMM)
+  std::vector<DevMatrix> wo_a;  // o_groups x [o_lora, heads * head_dim / o_groups], back to back from wo_a[0].w
   bool has_compressor = false, has_indexer = false;
   DevCompressor compressor, index_compressor;
   DevMatrix index_wq_b, index_weights_proj;
   DevMatrix gate;
   float* gate_bias = nullptr;
   int32_t* tid2eid = nullptr;
-  std::vector<DevMatrix> w13, w2;  // per expert: [2 * inter, hidden] (w1 rows then w3 rows), [hidden, inter]
-  const bf16** w13_ptrs = nullptr;  // device arrays of the experts' weight pointers
-  const bf16** w2_ptrs = nullptr;
+  // Per expert: [2 * inter, hidden] (w1 rows then w3 rows) and [hidden, inter], each kind stored back
+  // to back from w13[0].w / w2[0].w (grouped_gemm_stacked: one TMA descriptor covers every expert).
+  std::vector<DevMatrix> w13, w2;
   DevMatrix shared_w13, shared_w2;
 };
 
@@ -254,6 +253,15 @@ Status CudaModel::Impl::allocate() {
     m.cols = cols;
     return A.alloc(&m.w, static_cast<size_t>(rows) * cols);
   };
+  // Matrices of one shape in one allocation, ms[i] at ms[0].w + i * rows * cols.
+  auto stacked = [&](std::vector<DevMatrix>& ms, int count, int rows, int cols) -> Status {
+    ms.resize(count);
+    bf16* base = nullptr;
+    const size_t each = static_cast<size_t>(rows) * cols;
+    DI_RETURN_IF_ERROR(A.alloc(&base, each * count));
+    for (int i = 0; i < count; ++i) ms[i] = DevMatrix{base + i * each, rows, cols, false};
+    return Status::ok();
+  };
   auto hyper = [&](DevHyperConn& hp, int mixes) -> Status {
     DI_RETURN_IF_ERROR(A.alloc(&hp.fn, static_cast<size_t>(mixes) * hc * D));
     DI_RETURN_IF_ERROR(A.alloc(&hp.base, static_cast<size_t>(mixes)));
@@ -287,14 +295,7 @@ Status CudaModel::Impl::allocate() {
     DI_RETURN_IF_ERROR(mat(L.wq_b, H * hd, c.q_lora_rank));
     DI_RETURN_IF_ERROR(mat(L.wkv, hd, D));
     DI_RETURN_IF_ERROR(A.alloc(&L.kv_norm, static_cast<size_t>(hd)));
-    L.wo_a.resize(G);
-    std::vector<const bf16*> pa(G);
-    for (int g = 0; g < G; ++g) {
-      DI_RETURN_IF_ERROR(mat(L.wo_a[g], c.o_lora_rank, gw));
-      pa[g] = L.wo_a[g].w;
-    }
-    DI_RETURN_IF_ERROR(A.alloc(&L.wo_a_ptrs, static_cast<size_t>(G)));
-    DI_CUDA_RETURN(cudaMemcpy(L.wo_a_ptrs, pa.data(), G * sizeof(bf16*), cudaMemcpyHostToDevice));
+    DI_RETURN_IF_ERROR(stacked(L.wo_a, G, c.o_lora_rank, gw));
     DI_RETURN_IF_ERROR(mat(L.wo_b, D, G * c.o_lora_rank));
     DI_RETURN_IF_ERROR(A.alloc(&L.sinks, static_cast<size_t>(H)));
     const AttentionKind kind = c.layer_kinds[l];
@@ -313,19 +314,8 @@ Status CudaModel::Impl::allocate() {
     else
       DI_RETURN_IF_ERROR(A.alloc(&L.gate_bias, static_cast<size_t>(c.n_routed_experts)));
     const int E = c.n_routed_experts;
-    L.w13.resize(E);
-    L.w2.resize(E);
-    std::vector<const bf16*> p13(E), p2(E);
-    for (int e = 0; e < E; ++e) {
-      DI_RETURN_IF_ERROR(mat(L.w13[e], 2 * inter, D));
-      DI_RETURN_IF_ERROR(mat(L.w2[e], D, inter));
-      p13[e] = L.w13[e].w;
-      p2[e] = L.w2[e].w;
-    }
-    DI_RETURN_IF_ERROR(A.alloc(&L.w13_ptrs, static_cast<size_t>(E)));
-    DI_RETURN_IF_ERROR(A.alloc(&L.w2_ptrs, static_cast<size_t>(E)));
-    DI_CUDA_RETURN(cudaMemcpy(L.w13_ptrs, p13.data(), E * sizeof(bf16*), cudaMemcpyHostToDevice));
-    DI_CUDA_RETURN(cudaMemcpy(L.w2_ptrs, p2.data(), E * sizeof(bf16*), cudaMemcpyHostToDevice));
+    DI_RETURN_IF_ERROR(stacked(L.w13, E, 2 * inter, D));
+    DI_RETURN_IF_ERROR(stacked(L.w2, E, D, inter));
     DI_RETURN_IF_ERROR(mat(L.shared_w13, 2 * inter_s, D));
     DI_RETURN_IF_ERROR(mat(L.shared_w2, D, inter_s));
   }
@@ -974,7 +964,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     // Grouped low-rank output projection.
     const int G = c.o_groups, gw = H * hd / G, OR = c.o_lora_rank;
     split_groups(o, T, G, gw, og, s);
-    grouped_gemm(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a_ptrs, OR, zo, s);
+    grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo, s);
     merge_groups(zo, T, G, OR, zo_bf, s);
     gemm(qin(zo_bf, T, G * OR, L.wo_b), T, G * OR, L.wo_b.w, D, sub_out, s);
     rb(sub_out, static_cast<size_t>(T) * D);
@@ -998,9 +988,9 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
     if (!rel) {
       gather_rows(normed, perm_token, T * K, D, xin, s);
-      grouped_gemm(xin, offsets, E, T * K, D, L.w13_ptrs, 2 * inter, gu, s);
+      grouped_gemm_stacked(xin, offsets, E, T * K, D, L.w13[0].w, 2 * inter, gu, s);
       swiglu(gu, T * K, inter, limit, nullptr, h, s);
-      grouped_gemm(h, offsets, E, T * K, inter, L.w2_ptrs, D, y, s);
+      grouped_gemm_stacked(h, offsets, E, T * K, inter, L.w2[0].w, D, y, s);
       gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
       swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
       gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
@@ -1011,11 +1001,11 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
       // rounded once.
       const bf16* xe = qin(normed, T, D, L.w13[0]);
       gather_rows(xe, perm_token, T * K, D, xin, s);
-      grouped_gemm(xin, offsets, E, T * K, D, L.w13_ptrs, 2 * inter, gu, s);
+      grouped_gemm_stacked(xin, offsets, E, T * K, D, L.w13[0].w, 2 * inter, gu, s);
       round_bf16(gu, static_cast<size_t>(T) * K * 2 * inter, s);
       swiglu(gu, T * K, inter, limit, perm_w, h, s);
       if (L.w2[0].quantized) fp8_round_trip_rows(h, T * K, inter, h, s);
-      grouped_gemm(h, offsets, E, T * K, inter, L.w2_ptrs, D, y, s);
+      grouped_gemm_stacked(h, offsets, E, T * K, inter, L.w2[0].w, D, y, s);
       round_bf16(y, static_cast<size_t>(T) * K * D, s);
       gemm(qin(normed, T, D, L.shared_w13), T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
       round_bf16(gu_s, static_cast<size_t>(T) * 2 * inter_s, s);

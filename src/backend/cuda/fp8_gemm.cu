@@ -25,6 +25,7 @@
 // caps large-M throughput near 200 TFLOP/s; bits are unaffected (both conversions are exact).
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/fp8_round.cuh"
+#include "backend/cuda/gemm_common.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -39,6 +40,7 @@ namespace deepinfer::backend::cuda::fp8 {
 namespace {
 
 namespace cg = cooperative_groups;
+using namespace gemm_common;  // cp.async/ldmatrix wrappers, stores, the grouped tile scan, device queries
 
 constexpr int kChunkK = 32;     // k per mma.m16n8k32
 constexpr int kBlockK = 128;    // activation / FP8-weight scale block
@@ -78,32 +80,14 @@ SlicePlan plan_slices(int N, int K) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers.
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
+// PTX wrappers (the common ones are in gemm_common.cuh).
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void st_shared_zero16(uint32_t dst) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
+
 // d = a(16x32, row) * b(32x8, col) + c, e4m3 inputs, fp32 accumulate. In 32-bit words the fragment
 // layout equals m16n8k16 bf16's (a word = 4 consecutive k), so the ldmatrix addressing is gemm.cu's
 // with a 16-byte vector holding 16 k instead of 8.
@@ -131,18 +115,6 @@ __device__ __forceinline__ uint32_t tile_offset(int row, int vec) {
                 "row of 4, 8, 16 or 32 vectors");
   const int swizzle = kVecsPerRow >= 8 ? (row & 7) : ((row >> 1) & 3);
   return static_cast<uint32_t>((row * kVecsPerRow + (vec ^ swizzle)) * 16);
-}
-
-__device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_one(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store_two(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ __forceinline__ void store_two(bf16* p, float a, float b) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
-}
-__device__ __forceinline__ void store_four(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-__device__ __forceinline__ void store_four(bf16* p, float4 v) {
-  store_two(p, v.x, v.y);
-  store_two(p + 2, v.z, v.w);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -210,50 +182,6 @@ struct Params {
   int num_chunks, slice_chunks, num_slices;
   int m_tiles, n_tiles;
 };
-
-template <int kThreads>
-__device__ bool locate_group_tile(const int* row_offsets, int num_groups, int bm, int slot, int& group, int& tile) {
-  constexpr int kWarps = kThreads / 32;
-  __shared__ int warp_sums[kWarps];
-  __shared__ int found_group, found_tile;
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  if (tid == 0) found_group = -1;
-  int tiles_before = 0;
-  for (int base = 0; base < num_groups; base += kThreads) {
-    const int g = base + tid;
-    int tiles = 0;
-    if (g < num_groups) {
-      const int rows = row_offsets[g + 1] - row_offsets[g];
-      tiles = rows > 0 ? (rows + bm - 1) / bm : 0;
-    }
-    int inclusive = tiles;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
-      if (lane >= d) inclusive += v;
-    }
-    if (lane == 31) warp_sums[warp] = inclusive;
-    __syncthreads();
-    int before_warp = 0, pass_total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int s = warp_sums[w];
-      before_warp += w < warp ? s : 0;
-      pass_total += s;
-    }
-    const int end = tiles_before + before_warp + inclusive;
-    if (tiles > 0 && slot >= end - tiles && slot < end) {
-      found_group = g;
-      found_tile = slot - (end - tiles);
-    }
-    tiles_before += pass_total;
-    __syncthreads();
-    if (found_group >= 0 || tiles_before > slot) break;
-  }
-  group = found_group;
-  tile = found_tile;
-  return group >= 0;
-}
 
 template <class Cfg, bool kFp4, class OutT, bool kGrouped>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kernel(const Params p) {
@@ -881,34 +809,6 @@ __global__ void quantize_kernel(const T* x, int M, int K, uint8_t* codes, float*
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
-constexpr int kMaxCachedDevices = 64;
-
-int current_device() {
-  int device = 0;
-  (void)cudaGetDevice(&device);
-  return device;
-}
-
-int sm_count() {
-  static std::atomic<int> cache[kMaxCachedDevices];
-  const int device = current_device();
-  const bool cached = device >= 0 && device < kMaxCachedDevices;
-  if (cached) {
-    const int known = cache[device].load(std::memory_order_relaxed);
-    if (known > 0) return known;
-  }
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
-    (void)cudaGetLastError();
-    count = 132;
-  }
-  if (cached) cache[device].store(count, std::memory_order_relaxed);
-  return count;
-}
-
-long long grouped_slots(int max_rows, int num_groups, int bm) {
-  return std::min<long long>((static_cast<long long>(max_rows) + bm - 1) / bm + num_groups, max_rows);
-}
 
 // Grid and launch shared by both kernels; `kernel` takes Params by value.
 template <class KernelPtr>

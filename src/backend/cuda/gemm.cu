@@ -24,7 +24,9 @@
 //    the bits; tests/cuda/gemm_test.cc checks this by forcing every configuration on the same data.
 //  * Chunks past K are skipped, never multiplied as zeros, so no configuration adds extra terms.
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_testing.h"
+#include "backend/cuda/gemm_wgmma.h"
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -34,11 +36,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 namespace deepinfer::backend::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
+using namespace gemm_common;  // PTX wrappers, stores, the grouped tile scan, device queries
 
 constexpr int kChunkK = 16;  // k elements per mma.m16n8k16 step
 constexpr int kGroupM = 8;   // m tiles per raster group (L2 reuse of W across neighbouring CTAs)
@@ -47,6 +51,7 @@ constexpr int kGroupM = 8;   // m tiles per raster group (L2 reuse of W across n
 // Slice plan: depends on (N, K) only. Few output columns means few independent accumulation chains
 // when M is small, so small N gets more slices (cluster CTAs at small M, a register fold at large M).
 struct SlicePlan {
+  int K;
   int num_chunks;    // ceil(K / 16)
   int slice_chunks;  // C: chunks per slice, a multiple of 16 (so every k-tile of every config lies in one slice)
   int num_slices;    // S = ceil(num_chunks / C) >= 1, at most 8 (the portable cluster size)
@@ -65,63 +70,9 @@ SlicePlan plan_slices(int N, int K) {
   const int per_slice = (num_chunks + target - 1) / target;
   const int slice_chunks = std::max(16, (per_slice + 15) / 16 * 16);
   const int num_slices = std::max(1, (num_chunks + slice_chunks - 1) / slice_chunks);
-  return {num_chunks, slice_chunks, num_slices};
+  return {K, num_chunks, slice_chunks, num_slices};
 }
 
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers (sm_80+ instructions, all available on sm_90).
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16-byte async copy global -> shared; src_bytes == 0 writes zeros without reading src.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
-// d += a(16x16, row) * b(16x8, col), fp32 accumulate.
-__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Shared-memory tiles are [rows][BK] bf16 stored as 16-byte vectors; vector c of row r sits at
-// slot c ^ swizzle(r), so the 8 rows an ldmatrix phase reads hit 8 distinct 16-byte bank groups.
-template <int kVecsPerRow>
-__device__ __forceinline__ uint32_t tile_offset(int row, int vec) {
-  static_assert(kVecsPerRow == 4 || kVecsPerRow == 8 || kVecsPerRow == 16 || kVecsPerRow == 32,
-                "BK must be 32, 64, 128 or 256");
-  const int swizzle = kVecsPerRow >= 8 ? (row & 7) : ((row >> 1) & 3);
-  return static_cast<uint32_t>((row * kVecsPerRow + (vec ^ swizzle)) * 16);
-}
-
-__device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_one(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store_two(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ __forceinline__ void store_two(bf16* p, float a, float b) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
-}
-__device__ __forceinline__ void store_four(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-__device__ __forceinline__ void store_four(bf16* p, float4 v) {
-  store_two(p, v.x, v.y);
-  store_two(p + 2, v.z, v.w);
-}
-
-// ---------------------------------------------------------------------------------------------
 enum class SliceReduction { kClusterDsmem, kRegisterFold, kSmemFold, kNone };
 
 template <int BM_, int BN_, int BK_, int kWarpsM_, int kWarpsN_, int kStages_, int kMinBlocks_, SliceReduction kReduction_>
@@ -164,16 +115,18 @@ using CfgM128N256K64 = TileConfig<128, 256, 64, 2, 4, 4, 1, SliceReduction::kNon
 
 enum ConfigId {
   kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kM128N256Fold, kM16N32K256, kM16N32S4, kM64N64K128,
-  kM128N256K64, kNumConfigs
+  kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kNumConfigs
 };
 constexpr const char* kConfigNames[kNumConfigs] = {
     "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
-    "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64"};
+    "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64",
+    "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster"};
 
 struct GemmParams {
   const bf16* x;                     // [rows, K]
-  const bf16* w;                     // [N, K] (dense)
-  const bf16* const* group_weights;  // [G] device pointers (grouped)
+  const bf16* w;                     // [N, K] (dense); grouped with group_weights == nullptr: [G * N, K]
+  const bf16* const* group_weights;  // [G] device pointers (grouped), or nullptr (stacked weights)
+  long long group_stride;            // stacked: elements between consecutive groups' weights (N * K)
   const int* row_offsets;            // [G + 1] device (grouped)
   void* y;                           // [rows, N], float or bf16
   int M, N, K;                       // M: rows (dense) / unused (grouped)
@@ -182,51 +135,6 @@ struct GemmParams {
   int m_tiles, n_tiles;
 };
 
-// Grouped: slot `slot` is the slot-th non-empty (group, row tile) pair in group order. Every CTA
-// recomputes the per-group tile counts from the device offsets with a block-wide scan (O(G)).
-template <int kThreads>
-__device__ bool locate_group_tile(const int* row_offsets, int num_groups, int bm, int slot, int& group, int& tile) {
-  constexpr int kWarps = kThreads / 32;
-  __shared__ int warp_sums[kWarps];
-  __shared__ int found_group, found_tile;
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  if (tid == 0) found_group = -1;
-  int tiles_before = 0;  // tiles of the groups of earlier passes
-  for (int base = 0; base < num_groups; base += kThreads) {
-    const int g = base + tid;
-    int tiles = 0;
-    if (g < num_groups) {
-      const int rows = row_offsets[g + 1] - row_offsets[g];
-      tiles = rows > 0 ? (rows + bm - 1) / bm : 0;
-    }
-    int inclusive = tiles;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
-      if (lane >= d) inclusive += v;
-    }
-    if (lane == 31) warp_sums[warp] = inclusive;
-    __syncthreads();
-    int before_warp = 0, pass_total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int s = warp_sums[w];
-      before_warp += w < warp ? s : 0;
-      pass_total += s;
-    }
-    const int end = tiles_before + before_warp + inclusive;
-    if (tiles > 0 && slot >= end - tiles && slot < end) {
-      found_group = g;
-      found_tile = slot - (end - tiles);
-    }
-    tiles_before += pass_total;
-    __syncthreads();  // found_* visible to all; warp_sums free for the next pass
-    if (found_group >= 0 || tiles_before > slot) break;
-  }
-  group = found_group;
-  tile = found_tile;
-  return group >= 0;
-}
 
 // One CTA computes a BM x BN tile of y over one slice (cluster configs) or all slices of K.
 template <class Cfg, class OutT, bool kGrouped>
@@ -263,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     const int group_end = p.row_offsets[group + 1];
     row_begin = p.row_offsets[group] + group_tile * BM;
     row_end = min(group_end, row_begin + BM);
-    w = p.group_weights[group];
+    w = p.group_weights ? p.group_weights[group] : p.w + group * p.group_stride;
   } else {
     // Raster in groups of kGroupM m-tiles so CTAs running together share W columns in L2.
     const int group_size = kGroupM * p.n_tiles;
@@ -519,41 +427,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
-constexpr int kMaxCachedDevices = 64;
-
-int current_device() {
-  int device = 0;
-  (void)cudaGetDevice(&device);
-  return device;
-}
-
-int sm_count() {
-  static std::atomic<int> cache[kMaxCachedDevices];  // 0 = not queried yet
-  const int device = current_device();
-  const bool cached = device >= 0 && device < kMaxCachedDevices;
-  if (cached) {
-    const int known = cache[device].load(std::memory_order_relaxed);
-    if (known > 0) return known;
-  }
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
-    (void)cudaGetLastError();  // not a launch error of the caller's; assume an H100/H200
-    count = 132;
-  }
-  if (cached) cache[device].store(count, std::memory_order_relaxed);
-  return count;
-}
-
-[[noreturn]] void fail(const char* what, long long value) {
-  std::fprintf(stderr, "deepinfer cuda gemm: %s (%lld)\n", what, value);
-  std::abort();
-}
-
-// Grouped row-tile slots: sum_g ceil(rows_g / BM) < max_rows / BM + G, and each non-empty tile
-// holds at least one row.
-long long grouped_slots(int max_rows, int num_groups, int bm) {
-  return std::min<long long>((static_cast<long long>(max_rows) + bm - 1) / bm + num_groups, max_rows);
-}
 
 template <class Cfg, class OutT, bool kGrouped>
 void launch(GemmParams p, int grouped_max_rows, cudaStream_t stream) {
@@ -601,30 +474,66 @@ void launch(GemmParams p, int grouped_max_rows, cudaStream_t stream) {
 }
 
 // Largest tiles that still give at least one full wave; `rows` is M (dense) or the mean rows per
-// group (grouped), `total_rows` the rows of the whole call.
-int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan) {
+// group (grouped), `total_rows` the rows of the whole call. `tma`: the TMA + wgmma tiles can run
+// this call (K % 64 == 0, aligned operands, dense or stacked weights, an sm_90 device).
+int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan, bool tma) {
   // Measured on the H200 (bench --configs): the 4-stage, 4-CTA/SM decode tile streams big weights
   // faster (LM head 4.1 vs 3.5 TB/s, 4096x8192 2.3 vs 1.9), the 8-stage one small ones.
   if (rows <= 16) return static_cast<long long>(N) * plan.num_chunks * 16 >= (16ll << 20) ? kM16N32S4 : kM16N32;
   if (rows > 64) {
     const long long sms = sm_count();
     const auto tiles = [&](int bm, int bn) { return (total_rows + bm - 1) / bm * ((N + bn - 1) / bn); };
+    if (tma) {
+      // Measured (bench --configs, H200): the 128 x 128 fold beats the 64-row cluster tile from about
+      // half a wave of tiles (N = 512, M = 4096: 39 vs 78 us).
+      if (plan.num_slices == 1 && tiles(128, 256) >= sms) return kWgmmaN256;
+      if (2 * tiles(128, 128) >= sms) return kWgmmaN128;
+    }
     if (tiles(128, 256) >= sms) return plan.num_slices == 1 ? kM128N256 : kM128N256Fold;
     if (tiles(128, 128) >= sms) return plan.num_slices == 1 ? kM128N128 : kM128N128Fold;
   }
-  return kM64N64;
+  return tma ? kWgmmaM64Cluster : kM64N64;
 }
 
 // kNone configs cannot combine slices: with S > 1 they are replaced by the same tile with the fold.
-int legal_config(int config, const SlicePlan& plan) {
+// The wgmma tiles need K % 64 == 0 (whole k-tiles); where the TMA path cannot run (`tma` false)
+// they are replaced by the mma.sync tile of the same shape.
+int legal_config(int config, const SlicePlan& plan, bool tma) {
   if (config < 0 || config >= kNumConfigs) fail("gemm: unknown tile configuration", config);
+  if (config == kWgmmaN256 && plan.num_slices > 1) config = kWgmmaN128;
+  if (config == kWgmmaN128 && !tma) return plan.num_slices > 1 ? kM128N128Fold : kM128N128;
+  if (config == kWgmmaN256 && !tma) return kM128N256;
+  if (config == kWgmmaM64Cluster && !tma) return kM64N64;
   if (plan.num_slices > 1 && config == kM128N128) return kM128N128Fold;
   if (plan.num_slices > 1 && (config == kM128N256 || config == kM128N256K64)) return kM128N256Fold;
   return config;
 }
 
+bool tma_possible(const SlicePlan& plan) { return plan.K % 64 == 0 && plan.slice_chunks % 4 == 0; }
+
+template <class OutT>
+void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_rows, cudaStream_t stream) {
+  wgmma_path::Problem pr;
+  pr.x = p.x;
+  pr.x_rows = x_rows;
+  pr.w = p.w;
+  pr.N = p.N;
+  pr.K = p.K;
+  pr.row_offsets = p.row_offsets;
+  pr.num_groups = p.num_groups;
+  pr.y = p.y;
+  pr.y_bf16 = std::is_same_v<OutT, bf16>;
+  pr.slice_ktiles = plan.slice_chunks / 4;
+  pr.num_slices = plan.num_slices;
+  wgmma_path::run(pr,
+                  config == kWgmmaN256   ? wgmma_path::Tile::kM128N256
+                  : config == kWgmmaN128 ? wgmma_path::Tile::kM128N128Fold
+                                         : wgmma_path::Tile::kM64N128Cluster,
+                  stream);
+}
+
 template <class OutT, bool kGrouped>
-void dispatch(int config, const GemmParams& p, int grouped_max_rows, cudaStream_t stream) {
+void dispatch(int config, const GemmParams& p, const SlicePlan& plan, int grouped_max_rows, cudaStream_t stream) {
   switch (config) {
     case kM16N32: launch<CfgM16N32, OutT, kGrouped>(p, grouped_max_rows, stream); break;
     case kM64N64: launch<CfgM64N64, OutT, kGrouped>(p, grouped_max_rows, stream); break;
@@ -635,7 +544,8 @@ void dispatch(int config, const GemmParams& p, int grouped_max_rows, cudaStream_
     case kM16N32K256: launch<CfgM16N32K256, OutT, kGrouped>(p, grouped_max_rows, stream); break;
     case kM16N32S4: launch<CfgM16N32S4, OutT, kGrouped>(p, grouped_max_rows, stream); break;
     case kM64N64K128: launch<CfgM64N64K128, OutT, kGrouped>(p, grouped_max_rows, stream); break;
-    default: launch<CfgM128N256K64, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    case kM128N256K64: launch<CfgM128N256K64, OutT, kGrouped>(p, grouped_max_rows, stream); break;
+    default: run_wgmma<OutT>(config, p, plan, kGrouped ? grouped_max_rows : p.M, stream); break;
   }
 }
 
@@ -655,34 +565,40 @@ template <class OutT>
 void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, OutT* y, cudaStream_t stream) {
   if (M <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
-  if (config < 0) config = choose_config(M, M, N, plan);
+  const bool tma = tma_possible(plan) && M > 16 && wgmma_path::usable(x, W, K);
+  if (config < 0) config = choose_config(M, M, N, plan, tma);
   GemmParams p = make_params(x, K, N, y, plan);
   p.M = M;
   p.w = W;
-  dispatch<OutT, false>(legal_config(config, plan), p, 0, stream);
+  dispatch<OutT, false>(legal_config(config, plan, tma), p, plan, 0, stream);
 }
 
 int config_rows(int config) {
-  return config == kM16N32 || config == kM16N32K256 || config == kM16N32S4 ? 16
-         : config == kM64N64 || config == kM64N64K128                      ? 64
-                                                                           : 128;
+  return config == kM16N32 || config == kM16N32K256 || config == kM16N32S4       ? 16
+         : config == kM64N64 || config == kM64N64K128 || config == kWgmmaM64Cluster ? 64
+                                                                                   : 128;
 }
 
+// weights: per-group device pointers, or nullptr with `stacked` holding the groups back to back.
 template <class OutT>
 void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
-                       const bf16* const* weights, int N, OutT* y, cudaStream_t stream) {
+                       const bf16* const* weights, const bf16* stacked, int N, OutT* y, cudaStream_t stream) {
   if (G <= 0 || max_rows <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
-  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, N, plan);
-  config = legal_config(config, plan);
+  const bool tma = stacked != nullptr && tma_possible(plan) && wgmma_path::usable(x, stacked, K);
+  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, N, plan, tma);
+  config = legal_config(config, plan, tma);
   // grid.y holds the row-tile slots: fall back to 128-row tiles if the small ones would overflow it.
   const int bm = config_rows(config);
-  if (grouped_slots(max_rows, G, bm) > 65535) config = plan.num_slices > 1 ? kM128N128Fold : kM128N128;
+  if (grouped_slots(max_rows, G, bm) > 65535 && bm < 128)
+    config = tma ? kWgmmaN128 : plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   GemmParams p = make_params(x, K, N, y, plan);
   p.row_offsets = row_offsets;
   p.num_groups = G;
   p.group_weights = weights;
-  dispatch<OutT, true>(config, p, max_rows, stream);
+  p.w = stacked;
+  p.group_stride = static_cast<long long>(N) * K;
+  dispatch<OutT, true>(config, p, plan, max_rows, stream);
 }
 
 }  // namespace
@@ -695,23 +611,41 @@ void gemm(const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream
 }
 void grouped_gemm(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* const* weights,
                   int N, float* y, cudaStream_t stream) {
-  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, weights, N, y, stream);
+  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, weights, nullptr, N, y, stream);
 }
 void grouped_gemm(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* const* weights,
                   int N, bf16* y, cudaStream_t stream) {
-  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, weights, N, y, stream);
+  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, weights, nullptr, N, y, stream);
+}
+void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* stacked,
+                          int N, float* y, cudaStream_t stream) {
+  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream);
+}
+void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* stacked,
+                          int N, bf16* y, cudaStream_t stream) {
+  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream);
 }
 
 // Hooks for tests/cuda/gemm_test.cc and bench/cuda/gemm_bench.cc (declared there, not in gemm.h):
 // run one tile configuration by index, so every configuration can be checked against the others.
 namespace gemm_testing {
+namespace {
+bool tma_device() {
+  alignas(16) static const bf16 probe[8] = {};
+  return wgmma_path::usable(probe, probe, 64);
+}
+}  // namespace
 int config_count() { return kNumConfigs; }
 const char* config_name(int config) { return config >= 0 && config < kNumConfigs ? kConfigNames[config] : "?"; }
 int slice_count(int N, int K) { return plan_slices(N, K).num_slices; }
-bool config_runs_as_is(int config, int N, int K) { return legal_config(config, plan_slices(N, K)) == config; }
+bool config_runs_as_is(int config, int N, int K) {
+  const SlicePlan plan = plan_slices(N, K);
+  return legal_config(config, plan, tma_possible(plan) && tma_device()) == config;
+}
 int auto_config(int M, int N, int K) {
   const SlicePlan plan = plan_slices(N, K);
-  return legal_config(choose_config(M, M, N, plan), plan);
+  const bool tma = tma_possible(plan) && M > 16 && tma_device();
+  return legal_config(choose_config(M, M, N, plan, tma), plan, tma);
 }
 void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream) {
   gemm_impl(config, x, M, K, W, N, y, stream);
@@ -721,11 +655,19 @@ void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, in
 }
 void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                               const bf16* const* weights, int N, float* y, cudaStream_t stream) {
-  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, weights, N, y, stream);
+  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, weights, nullptr, N, y, stream);
 }
 void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                               const bf16* const* weights, int N, bf16* y, cudaStream_t stream) {
-  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, weights, N, y, stream);
+  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, weights, nullptr, N, y, stream);
+}
+void grouped_gemm_stacked_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                                      const bf16* stacked, int N, float* y, cudaStream_t stream) {
+  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream);
+}
+void grouped_gemm_stacked_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                                      const bf16* stacked, int N, bf16* y, cudaStream_t stream) {
+  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream);
 }
 }  // namespace gemm_testing
 

@@ -1,4 +1,4 @@
-// Batch-invariant bf16 GEMMs for the CUDA backend (sm_90).
+// Batch-invariant bf16 GEMMs for the CUDA backend (sm_90; the large-M tiles need sm_90a features).
 //
 // Contract shared by every entry point:
 //  * y[m, n] = sum_k x[m, k] * W[n, k]: x bf16 [M, K] row-major, W bf16 [N, K] row-major (a linear
@@ -33,5 +33,13 @@ void grouped_gemm(const bf16* x, const int* row_offsets, int G, int max_rows, in
                   int N, float* y, cudaStream_t stream);
 void grouped_gemm(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* const* weights,
                   int N, bf16* y, cudaStream_t stream);
+
+// Grouped GEMM over weights stored back to back: group g's weight is stacked + g * N * K ([N, K]).
+// Bitwise what grouped_gemm gives with weights[g] = stacked + g * N * K; large row counts run on the
+// TMA + wgmma tiles (one tensor map covers every group), which the pointer form cannot use.
+void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* stacked,
+                          int N, float* y, cudaStream_t stream);
+void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* stacked,
+                          int N, bf16* y, cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda

@@ -1,0 +1,538 @@
+// Large-M bf16 GEMM tiles on Hopper (sm_90a): TMA loads into 128B-swizzled shared memory, a
+// producer warp and two consumer warpgroups issuing wgmma.mma_async m64n128k16 (bf16 in, fp32
+// accumulate), synchronised by mbarriers. The contract (and why the bits equal the mma.sync tiles of
+// gemm.cu) is in gemm_wgmma.h.
+//
+// Tile: 128 rows of x (consumer warpgroup c owns rows [64 c, 64 c + 64)) by BN = 128 or 256 weight
+// rows (one or two n128 instructions per k16 step), k-tiles of 64 (128 bytes per row = one swizzle
+// row). K % 64 == 0, so every k-tile is whole and the 4 k16 steps of a tile are all real: no padded
+// step is ever issued (the mma.sync tiles skip chunks past K, so a padded +0 step could flip the
+// sign of an exact zero).
+//
+// Slices (gemm.cu's plan: S consecutive slices of C k-tiles, C a multiple of 4): the accumulator
+// restarts at zero at each slice start and, with S > 1, is folded into a register total that starts
+// at zero: total = (((0 + p_0) + p_1) + ...), the order of every other tile of gemm.cu.
+//
+// Shared memory (1024-aligned): kStages x {A tile 128 x 64 bf16 (16 KB), B tile BN x 64 bf16}, then
+// 2 x kStages mbarriers ("full": TMA bytes landed; "empty": both consumers done reading).
+// Matrix descriptor of a K-major 128B-swizzled tile (PTX "Matrix Descriptor Format"): start address
+// >> 4 in bits 0-13, leading byte offset (unused for this layout, 1) in 16-29, stride byte offset
+// 1024 >> 4 (8 rows x 128 B) in 32-45, swizzle mode 1 (128B) in 62-63; the k16 step kk of a k-tile
+// starts 32 kk bytes into the row (descriptor + 2 kk).
+#include "backend/cuda/gemm_wgmma.h"
+
+#include <cuda.h>  // CUtensorMap and its enums (types only; the encoder comes from the runtime)
+#include <cuda_runtime.h>
+
+#include <cooperative_groups.h>
+
+#include "backend/cuda/gemm_common.cuh"
+
+namespace deepinfer::backend::cuda::wgmma_path {
+namespace {
+
+using namespace gemm_common;
+
+constexpr int kTileK = 64;
+constexpr int kStepsPerTile = 4;  // k16 steps
+constexpr int kWarpgroup = 128;
+constexpr int kGroupM = 8;  // m tiles per raster group (L2 reuse of W)
+constexpr int kMaxSlices = 8;  // portable cluster size (gemm.cu's plan never exceeds it)
+
+// How the S slice partials of a tile meet (see gemm.cu): kFold — one CTA runs every slice and folds
+// its accumulators into a register total; kNone — plans with S == 1 only; kCluster — the S CTAs of a
+// thread-block cluster run one slice each and sum the partials through distributed shared memory in
+// rank order (small M: S times more CTAs stream the weights).
+enum class Mode { kFold, kNone, kCluster };
+
+// kConsumers warpgroups, consumer c owning x rows [64 c, 64 c + 64) of the tile and all BN columns
+// (BN / 128 n128 instructions per k16 step); one producer warpgroup (a single thread issues TMA).
+template <int kConsumers_, int BN_, Mode kMode_>
+struct Config {
+  static constexpr int kConsumers = kConsumers_, BN = BN_, BM = 64 * kConsumers;
+  static constexpr Mode kMode = kMode_;
+  static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
+  static constexpr int kNB = BN / 128;
+  static constexpr int kATileBytes = BM * kTileK * 2, kBTileBytes = BN * kTileK * 2;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kStages = (200 * 1024) / kStageBytes;
+  static constexpr int kPipelineBytes = kStages * kStageBytes;
+  static constexpr int kPartialStride = BN + 8;  // floats; +8 keeps the float2 stores conflict-free
+  static constexpr int kPartialBytes = kMode == Mode::kCluster ? BM * kPartialStride * 4 : 0;
+  static constexpr int kBarrierOffset = kPipelineBytes > kPartialBytes ? kPipelineBytes : kPartialBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 16 * kStages + 1024;  // + slack for 1024 alignment
+  static_assert(kStages >= 3 && kSmemBytes <= 232448, "shared memory per block");
+  static_assert(kMode != Mode::kFold || kNB == 1, "64 accumulators + 64 totals per thread at most");
+};
+
+using CfgM128N128Fold = Config<2, 128, Mode::kFold>;
+using CfgM128N256 = Config<2, 256, Mode::kNone>;
+using CfgM64N128Cluster = Config<1, 128, Mode::kCluster>;
+
+struct Params {
+  const int* row_offsets;  // grouped: [G + 1]
+  void* y;
+  int M;  // dense rows
+  int N, K, num_groups;
+  int num_ktiles, slice_ktiles, num_slices;
+  int m_tiles, n_tiles;
+};
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers (sm_90).
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile(
+      "{\n"
+      ".reg .b64 state;\n"
+      "mbarrier.arrive.shared::cta.b64 state, [%0];\n"
+      "}\n" ::"r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile(
+      "{\n"
+      ".reg .b64 state;\n"
+      "mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n"
+      "}\n" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+// Waits until the phase with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// 2D TMA load of the box at (c0 = k, c1 = row) of `map` into shared memory; completes on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across wgmma_wait (the tensor cores
+// write the registers asynchronously).
+__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr) {
+  uint64_t desc = static_cast<uint64_t>((addr & 0x3FFFFu) >> 4);
+  desc |= static_cast<uint64_t>(16u >> 4) << 16;
+  desc |= static_cast<uint64_t>(1024u >> 4) << 32;
+  desc |= uint64_t{1} << 62;
+  return desc;
+}
+
+// d[64 x 128] += A[64 x 16] * B[128 x 16]^T, both K-major in shared memory, fp32 accumulate.
+// Fragment: d[4 j + 2 h + e] is (row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e).
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "n"(1));
+}
+
+template <class Cfg, class OutT, bool kGrouped>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                      const Params p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  (void)p;
+  __trap();  // built for a device without wgmma: usable() never selects this path there
+#else
+  namespace cg = cooperative_groups;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, kNB = Cfg::kNB, kStages = Cfg::kStages;
+  constexpr int kConsumers = Cfg::kConsumers, kThreads = Cfg::kThreads;
+  constexpr bool kFold = Cfg::kMode == Mode::kFold, kCluster = Cfg::kMode == Mode::kCluster;
+  // The dynamic base rounded up to 1024 bytes (the group scan's static shared memory may precede it).
+  const uint32_t raw_base = shared_address(smem_raw);
+  const uint32_t smem_base = (raw_base + 1023u) & ~1023u;
+  unsigned char* const smem = smem_raw + (smem_base - raw_base);
+  const uint32_t full_bar = smem_base + Cfg::kBarrierOffset;
+  const uint32_t empty_bar = full_bar + 8 * kStages;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warpgroup = tid / kWarpgroup;  // 0..kConsumers-1: consumers; kConsumers: producer
+
+  // --- Which tile, which slice (cluster: the S CTAs of a cluster share the tile, slice = rank).
+  int tile_index = static_cast<int>(blockIdx.x), slice = 0;
+  if constexpr (kCluster) {
+    if (p.num_slices > 1) {
+      slice = static_cast<int>(cg::this_cluster().block_rank());
+      tile_index /= p.num_slices;
+    }
+  }
+  int n_tile, row_begin, row_end, w_row_begin;
+  if constexpr (kGrouped) {
+    int group, group_tile;
+    // Same blockIdx.y for every CTA of a cluster, so a whole cluster leaves together.
+    if (!locate_group_tile<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group,
+                                     group_tile))
+      return;
+    n_tile = tile_index;
+    row_begin = p.row_offsets[group] + group_tile * BM;
+    row_end = min(p.row_offsets[group + 1], row_begin + BM);
+    w_row_begin = group * p.N + n_tile * BN;  // rows of the stacked weights
+  } else {
+    const int group_size = kGroupM * p.n_tiles;
+    const int first_m = (tile_index / group_size) * kGroupM;
+    const int group_m = min(p.m_tiles - first_m, kGroupM);
+    const int in_group = tile_index % group_size;
+    const int m_tile = first_m + in_group % group_m;
+    n_tile = in_group / group_m;
+    row_begin = m_tile * BM;
+    row_end = min(p.M, row_begin + BM);
+    w_row_begin = n_tile * BN;
+  }
+  const int n_begin = n_tile * BN, N = p.N;
+  int kt_begin = 0, kt_end = p.num_ktiles;
+  if constexpr (kCluster) {
+    kt_begin = slice * p.slice_ktiles;
+    kt_end = min(kt_begin + p.slice_ktiles, p.num_ktiles);
+  }
+  const int num_tiles = kt_end - kt_begin;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full_bar + 8 * s, 1);                // the producer's arrive + the TMA bytes
+      mbar_init(empty_bar + 8 * s, 4 * kConsumers);  // lane 0 of every consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  float acc[kNB][64];
+#pragma unroll
+  for (int b = 0; b < kNB; ++b)
+#pragma unroll
+    for (int e = 0; e < 64; ++e) acc[b][e] = 0.0f;
+
+  if (warpgroup == kConsumers) {
+    // ===================== Producer: one thread issues both TMA loads of every k-tile.
+    if (tid == kConsumers * kWarpgroup) {
+      for (int t = 0; t < num_tiles; ++t) {
+        const int stage = t % kStages;
+        if (t >= kStages) mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((t / kStages - 1) & 1));
+        const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes);
+        const int k0 = (kt_begin + t) * kTileK;
+        mbar_arrive_expect_tx(full_bar + 8 * stage, Cfg::kStageBytes);
+        tma_load_2d(a_tile, &map_x, k0, row_begin, full_bar + 8 * stage);
+        tma_load_2d(a_tile + Cfg::kATileBytes, &map_w, k0, w_row_begin, full_bar + 8 * stage);
+      }
+    }
+  } else {
+    // ===================== Consumers.
+    [[maybe_unused]] float total[kFold ? kNB : 1][kFold ? 64 : 1];
+#pragma unroll
+    for (int b = 0; b < kNB; ++b)
+#pragma unroll
+      for (int e = 0; e < 64; ++e)
+        if constexpr (kFold) total[b][e] = 0.0f;
+    const int lane = tid & 31;
+    const uint32_t a_offset = static_cast<uint32_t>(warpgroup * 64 * 128);  // this consumer's 64 rows
+    int pending = -1;  // k-tile whose wgmma group may still be reading its stage
+    for (int t = 0; t < num_tiles; ++t) {
+      const int stage = t % kStages;
+      if constexpr (kFold) {
+        if (t > 0 && t % p.slice_ktiles == 0) {
+          // Slice boundary: total += p_s; the next slice's partial restarts at zero.
+          wgmma_wait<0>();
+#pragma unroll
+          for (int b = 0; b < kNB; ++b) {
+            fence_registers(acc[b]);
+#pragma unroll
+            for (int e = 0; e < 64; ++e) {
+              total[b][e] += acc[b][e];
+              acc[b][e] = 0.0f;
+            }
+          }
+          if (pending >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * (pending % kStages));
+          pending = -1;
+        }
+      }
+      mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((t / kStages) & 1));
+      const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes);
+      const uint64_t desc_a = smem_descriptor(a_tile + a_offset);
+      const uint64_t desc_b = smem_descriptor(a_tile + Cfg::kATileBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kStepsPerTile; ++kk)
+#pragma unroll
+        for (int b = 0; b < kNB; ++b)
+          wgmma_m64n128k16(acc[b], desc_a + 2 * kk, desc_b + static_cast<uint64_t>(b * (128 * 128 / 16) + 2 * kk));
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous k-tile's group has finished reading its stage
+      if (pending >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * (pending % kStages));
+      pending = t;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < kNB; ++b) {
+      fence_registers(acc[b]);
+      if constexpr (kFold) {
+        if (p.num_slices > 1) {
+#pragma unroll
+          for (int e = 0; e < 64; ++e) acc[b][e] = total[b][e] + acc[b][e];
+        }
+      }
+    }
+  }
+
+  OutT* const y = static_cast<OutT*>(p.y);
+  const int lane = tid & 31, warp_in_group = (tid >> 5) & 3;
+  const int frag_row = warpgroup * 64 + warp_in_group * 16 + (lane >> 2);  // + 8 h
+  const int frag_col = (lane & 3) * 2;                                      // + 8 j + 128 b
+
+  if constexpr (kCluster) {
+    if (p.num_slices > 1) {
+      // This slice's partial -> own shared memory [BM][kPartialStride] fp32 (the pipeline is free:
+      // every load has landed and every wgmma completed once all threads pass the barrier).
+      __syncthreads();
+      float* const partial = reinterpret_cast<float*>(smem);
+      if (warpgroup < kConsumers) {
+#pragma unroll
+        for (int b = 0; b < kNB; ++b)
+#pragma unroll
+          for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              *reinterpret_cast<float2*>(partial + (frag_row + 8 * h) * Cfg::kPartialStride + b * 128 + 8 * j +
+                                         frag_col) = make_float2(acc[b][4 * j + 2 * h], acc[b][4 * j + 2 * h + 1]);
+      }
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();  // every partial of the cluster written and visible
+      // Rank `slice` sums rows [r0, r1) of the tile over ranks 0..S-1 in rank order, from zero (the
+      // fold's order), and stores them.
+      const int num_slices = p.num_slices;
+      const int rows_per_rank = (BM + num_slices - 1) / num_slices;
+      const int r0 = slice * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
+      constexpr int kVec4PerRow = BN / 4;
+      const bool vector_store = (N & 3) == 0;
+      for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
+        const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
+        const int m = row_begin + r, n = n_begin + c;
+        if (m >= row_end || n >= N) continue;
+        const int offset = r * Cfg::kPartialStride + c;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int q = 0; q < num_slices; ++q) {
+          const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + offset);
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        OutT* out = y + static_cast<size_t>(m) * N + n;
+        if (vector_store && n + 3 < N) {
+          store_four(out, sum);
+        } else {
+          const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+          for (int e = 0; e < 4 && n + e < N; ++e) store_one(out + e, vals[e]);
+        }
+      }
+      cluster.sync();  // keep this CTA's shared memory alive until every rank has read it
+      return;
+    }
+  }
+  if (warpgroup == kConsumers) return;
+
+  // Direct epilogue from the fragments.
+  const bool pair_store = (N & 1) == 0;
+#pragma unroll
+  for (int b = 0; b < kNB; ++b)
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int n = n_begin + b * 128 + 8 * j + frag_col;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = row_begin + frag_row + 8 * h;
+        if (m >= row_end || n >= N) continue;
+        OutT* out = y + static_cast<size_t>(m) * N + n;
+        const float v0 = acc[b][4 * j + 2 * h], v1 = acc[b][4 * j + 2 * h + 1];
+        if (pair_store) {
+          store_two(out, v0, v1);
+        } else {
+          store_one(out, v0);
+          if (n + 1 < N) store_one(out + 1, v1);
+        }
+      }
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+// cuTensorMapEncodeTiled, fetched from the driver through the runtime (no link against libcuda).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encoder() {
+  static EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult result{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &result) !=
+            cudaSuccess ||
+        result != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+bool device_is_sm90() {
+  static std::atomic<int> cache[kMaxCachedDevices];  // 0 unknown, 1 yes, 2 no
+  const int device = current_device();
+  const bool cached = device >= 0 && device < kMaxCachedDevices;
+  if (cached && cache[device].load(std::memory_order_relaxed) != 0) return cache[device].load() == 1;
+  int major = 0, minor = 0;
+  bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+  if (!ok) (void)cudaGetLastError();
+  ok = ok && major == 9 && minor == 0;
+  if (cached) cache[device].store(ok ? 1 : 2, std::memory_order_relaxed);
+  return ok;
+}
+
+// Row-major bf16 [rows, K] as a 2D tensor map with boxes of 64 k x box_rows rows, 128B swizzle,
+// zeros outside.
+CUtensorMap make_map(const bf16* base, long long rows, int K, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(K) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kTileK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides, box,
+                               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) fail("wgmma gemm: cuTensorMapEncodeTiled failed", static_cast<long long>(r));
+  return map;
+}
+
+template <class Cfg, class OutT, bool kGrouped>
+void launch(const Problem& pr, cudaStream_t stream) {
+  const auto kernel = wgmma_gemm_kernel<Cfg, OutT, kGrouped>;
+  static std::atomic<uint64_t> smem_attribute_devices{0};
+  const int device = current_device();
+  const uint64_t device_bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (device_bit == 0 || (smem_attribute_devices.load(std::memory_order_relaxed) & device_bit) == 0) {
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    smem_attribute_devices.fetch_or(device_bit, std::memory_order_relaxed);
+  }
+  Params p = {};
+  p.row_offsets = pr.row_offsets;
+  p.y = pr.y;
+  p.M = pr.x_rows;
+  p.N = pr.N;
+  p.K = pr.K;
+  p.num_groups = pr.num_groups;
+  p.num_ktiles = pr.K / kTileK;
+  p.slice_ktiles = pr.slice_ktiles;
+  p.num_slices = pr.num_slices;
+  p.n_tiles = (pr.N + Cfg::BN - 1) / Cfg::BN;
+  p.m_tiles = (pr.x_rows + Cfg::BM - 1) / Cfg::BM;
+  const long long w_rows = kGrouped ? static_cast<long long>(pr.num_groups) * pr.N : pr.N;
+  const CUtensorMap map_x = make_map(pr.x, pr.x_rows, pr.K, Cfg::BM);
+  const CUtensorMap map_w = make_map(pr.w, w_rows, pr.K, Cfg::BN);
+  const bool cluster = Cfg::kMode == Mode::kCluster && pr.num_slices > 1;
+  if (cluster && pr.num_slices > kMaxSlices) fail("wgmma gemm: more slices than a portable cluster", pr.num_slices);
+  const int ctas_per_tile = cluster ? pr.num_slices : 1;
+  long long grid_x = 0, grid_y = 1;
+  if constexpr (kGrouped) {
+    grid_x = static_cast<long long>(p.n_tiles) * ctas_per_tile;
+    grid_y = grouped_slots(pr.x_rows, pr.num_groups, Cfg::BM);
+    if (grid_y > 65535) fail("wgmma grouped_gemm: too many row tiles for grid.y", grid_y);
+  } else {
+    grid_x = static_cast<long long>(p.m_tiles) * p.n_tiles * ctas_per_tile;
+  }
+  if (grid_x > 0x7fffffffLL) fail("wgmma gemm: too many tiles for grid.x", grid_x);
+  if (grid_x == 0 || grid_y == 0) return;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1);
+  config.blockDim = dim3(Cfg::kThreads, 1, 1);
+  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  if (cluster) {
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(pr.num_slices);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  (void)cudaLaunchKernelEx(&config, kernel, map_x, map_w, p);  // errors surface at the caller's next CUDA call
+}
+
+template <class Cfg>
+void run_config(const Problem& pr, cudaStream_t stream) {
+  const bool grouped = pr.num_groups > 0;
+  if (pr.y_bf16)
+    grouped ? launch<Cfg, bf16, true>(pr, stream) : launch<Cfg, bf16, false>(pr, stream);
+  else
+    grouped ? launch<Cfg, float, true>(pr, stream) : launch<Cfg, float, false>(pr, stream);
+}
+
+}  // namespace
+
+bool usable(const bf16* x, const bf16* w, int K) {
+  const auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  return K > 0 && K % kTileK == 0 && aligned(x) && aligned(w) && encoder() != nullptr && device_is_sm90();
+}
+
+void run(const Problem& pr, Tile tile, cudaStream_t stream) {
+  if (pr.K % kTileK != 0 || pr.slice_ktiles <= 0) fail("wgmma gemm: K must be a multiple of 64", pr.K);
+  if (tile == Tile::kM128N256 && pr.num_slices != 1) fail("wgmma gemm: the 128x256 tile folds no slices", pr.num_slices);
+  if (pr.x_rows <= 0 || pr.N <= 0) return;
+  switch (tile) {
+    case Tile::kM128N128Fold: run_config<CfgM128N128Fold>(pr, stream); break;
+    case Tile::kM128N256: run_config<CfgM128N256>(pr, stream); break;
+    case Tile::kM64N128Cluster: run_config<CfgM64N128Cluster>(pr, stream); break;
+  }
+}
+
+}  // namespace deepinfer::backend::cuda::wgmma_path
