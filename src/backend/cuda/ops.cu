@@ -120,21 +120,29 @@ __device__ __forceinline__ float warp_max(float v) {
 // at each level a lane keeps only half of its values and receives the partner's matching half:
 // kN - kN / 32 shuffles instead of 5 kN. On return lane l holds the totals of values
 // l * (kN / 32) + i in v[i], i < kN / 32.
+// One level: values [0, kHalf) and [kHalf, 2 kHalf) pair up with the partner lane l ^ kOff. A
+// compile-time level (not a loop over levels) keeps every index constant, so the array stays in
+// registers (with a runtime `half` the compiler indexed it in local memory).
+template <int kHalf, int kOff, int kN>
+__device__ __forceinline__ void warp_sum_halving_level(float (&v)[kN], int lane) {
+  const bool upper = (lane & kOff) != 0;
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float lo = v[i], hi = v[kHalf + i];
+    const float send = upper ? lo : hi;
+    const float keep = upper ? hi : lo;
+    v[i] = keep + __shfl_xor_sync(kFullMask, send, kOff);
+  }
+}
 template <int kN>
 __device__ __forceinline__ void warp_sum_halving(float (&v)[kN]) {
   static_assert(kN % 32 == 0);
   const int lane = static_cast<int>(threadIdx.x) % 32;
-#pragma unroll
-  for (int level = 0; level < 5; ++level) {
-    const int off = 16 >> level, half = (kN >> level) / 2;
-    const bool upper = (lane & off) != 0;
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float send = upper ? v[i] : v[half + i];
-      const float keep = upper ? v[half + i] : v[i];
-      v[i] = keep + __shfl_xor_sync(kFullMask, send, off);
-    }
-  }
+  warp_sum_halving_level<kN / 2, 16>(v, lane);
+  warp_sum_halving_level<kN / 4, 8>(v, lane);
+  warp_sum_halving_level<kN / 8, 4>(v, lane);
+  warp_sum_halving_level<kN / 16, 2>(v, lane);
+  warp_sum_halving_level<kN / 32, 1>(v, lane);
 }
 
 // Sum of v over a block of kThreads threads, the same value in every thread: butterfly per warp,
@@ -377,9 +385,23 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
   const int s = static_cast<int>(blockIdx.y);
   const int c0 = static_cast<int>(chunks * s / a.splits), c1 = static_cast<int>(chunks * (s + 1) / a.splits);
   const int span = c1 - c0;
-  for (int i = tid; i < kMix * span; i += kHcThreads) {
-    const int j = i / span, c = i % span;
-    fn_s[i] = load4(a.fn + static_cast<size_t>(j) * W, c0 + c, W, a.vec);
+  if (a.vec) {
+    // Asynchronous copies: every 16-byte piece of the slice is in flight at once (a load-then-store
+    // loop waits for each load in turn, and the staging dominated the kernel).
+    const uint32_t fn_s_addr = static_cast<uint32_t>(__cvta_generic_to_shared(fn_s));
+    for (int i = tid; i < kMix * span; i += kHcThreads) {
+      const int j = i / span, c = i % span;
+      const float* src = a.fn + static_cast<size_t>(j) * W + 4 * static_cast<size_t>(c0 + c);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(fn_s_addr + 16u * static_cast<uint32_t>(i)),
+                   "l"(src)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+  } else {
+    for (int i = tid; i < kMix * span; i += kHcThreads) {
+      const int j = i / span, c = i % span;
+      fn_s[i] = load4(a.fn + static_cast<size_t>(j) * W, c0 + c, W, a.vec);
+    }
   }
   __syncthreads();
   const int tok0 = (static_cast<int>(blockIdx.x) * kHcWarps + warp) * kTokW;
