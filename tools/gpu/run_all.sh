@@ -5,6 +5,7 @@
 # the transformers peer, and write a report.
 #
 #   tools/gpu/run_all.sh [all|build|oracle|test|bench] [OUT_DIR]      (default: all, out/gpu)
+#   RUN_ALL_PACK=1 packs the logs and raw JSON of OUT_DIR into OUT_DIR/logs.tgz at the end.
 #
 # Needs: nvcc (sm_90), cmake, ninja, g++, python3 with torch + transformers (oracle and peer), and
 # nlohmann-json + GoogleTest (+ PCRE2, utf8proc, pkgconf for the engine) — system-wide, or as .deb
@@ -12,7 +13,7 @@
 # private prefix. The oracle and peer scripts and the fixtures come from ../shared
 # (DEEPINFER_SHARED overrides); without them the report says so.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 what=${1:-all}
 out=${2:-out/gpu}
 mkdir -p "$out"
@@ -108,6 +109,15 @@ if has bench; then
   stamp "report"
   python3 tools/gpu/report.py "$out" >"$out/report.md" || status=1
   cat "$out/report.md"
+fi
+# RUN_ALL_PACK=1: the logs and raw JSON go into one logs.tgz, leaving report.md, the plots and the
+# tarball (for callers that bring back only a few files).
+if [ -n "${RUN_ALL_PACK:-}" ]; then
+  shopt -s nullglob
+  packed=("$out"/*.log "$out"/*.jsonl "$out"/*.err)
+  if [ ${#packed[@]} -gt 0 ]; then
+    tar czf "$out/logs.tgz" -C "$out" "${packed[@]##*/}" && rm -f "${packed[@]}"
+  fi
 fi
 stamp "done (status $status)"
 exit $status
