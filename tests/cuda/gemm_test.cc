@@ -315,10 +315,8 @@ void check_grouped(const std::vector<int>& group_rows, int slack_rows, int N, in
   }
 
   DeviceArray<HostOut> dy(out_count);
-  for (int stacked = 0; stacked < 2; ++stacked)
-  for (int config = kAuto; config < gemm_testing::config_count(); ++config) {
-    if (config != kAuto && !gemm_testing::config_runs_as_is(config, N, K)) continue;
-    dy.upload(fresh);
+  // Every configuration (kAuto: what grouped_gemm picks) with per-group pointers and stacked weights.
+  const auto run = [&](bool stacked, int config) {
     if (stacked && config == kAuto)
       grouped_gemm_stacked(as_bf16(dx), d_offsets.get(), G, max_rows, K, as_bf16(d_stacked), N, device_out(dy),
                            nullptr);
@@ -330,21 +328,28 @@ void check_grouped(const std::vector<int>& group_rows, int slack_rows, int N, in
     else
       gemm_testing::grouped_gemm_with_config(config, as_bf16(dx), d_offsets.get(), G, max_rows, K, d_weights.get(), N,
                                              device_out(dy), nullptr);
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<HostOut> got = dy.download();
-    const std::string name = std::string(stacked ? "stacked " : "") +
-                             (config == kAuto ? "auto" : gemm_testing::config_name(config));
-    for (int g = 0; g < G; ++g)
-      for (int r = offsets[g]; r < offsets[g + 1]; ++r)
-        EXPECT_EQ(std::memcmp(&got[static_cast<size_t>(r) * N], &expected[static_cast<size_t>(r) * N],
-                              static_cast<size_t>(N) * sizeof(HostOut)),
-                  0)
-            << what << " config " << name << ": group " << g << " row " << r << " differs from gemm()";
-    EXPECT_EQ(std::memcmp(&got[static_cast<size_t>(rows) * N], &fresh[0],
-                          static_cast<size_t>(max_rows - rows) * N * sizeof(HostOut)),
-              0)
-        << what << " config " << name << ": wrote rows past row_offsets[G]";
+  };
+  for (const bool stacked : {false, true}) {
+    for (int config = kAuto; config < gemm_testing::config_count(); ++config) {
+      if (config != kAuto && !gemm_testing::config_runs_as_is(config, N, K)) continue;
+      dy.upload(fresh);
+      run(stacked, config);
+      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<HostOut> got = dy.download();
+      const std::string name = std::string(stacked ? "stacked " : "") +
+                               (config == kAuto ? "auto" : gemm_testing::config_name(config));
+      for (int g = 0; g < G; ++g)
+        for (int r = offsets[g]; r < offsets[g + 1]; ++r)
+          EXPECT_EQ(std::memcmp(&got[static_cast<size_t>(r) * N], &expected[static_cast<size_t>(r) * N],
+                                static_cast<size_t>(N) * sizeof(HostOut)),
+                    0)
+              << what << " config " << name << ": group " << g << " row " << r << " differs from gemm()";
+      EXPECT_EQ(std::memcmp(&got[static_cast<size_t>(rows) * N], &fresh[0],
+                            static_cast<size_t>(max_rows - rows) * N * sizeof(HostOut)),
+                0)
+          << what << " config " << name << ": wrote rows past row_offsets[G]";
+    }
   }
 }
 

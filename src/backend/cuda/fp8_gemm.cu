@@ -44,7 +44,6 @@ using namespace gemm_common;  // cp.async/ldmatrix wrappers, stores, the grouped
 
 constexpr int kChunkK = 32;     // k per mma.m16n8k32
 constexpr int kBlockK = 128;    // activation / FP8-weight scale block
-constexpr int kGroupM = 8;      // m tiles per raster group (L2 reuse of W)
 constexpr int kSliceUnit = 16;  // slice_chunks is a multiple of 16 chunks (512 k, the largest BK)
 
 [[noreturn]] void fail_at(const char* file, int line, const char* what, long long value) {
@@ -217,12 +216,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kerne
     w = p.group_w[group];
     sw = p.group_sw[group];
   } else {
-    const int group_size = kGroupM * p.n_tiles;
-    const int first_m = (tile_index / group_size) * kGroupM;
-    const int group_m = min(p.m_tiles - first_m, kGroupM);
-    const int in_group = tile_index % group_size;
-    const int m_tile = first_m + in_group % group_m;
-    n_tile = in_group / group_m;
+    const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);
     row_begin = m_tile * BM;
     row_end = min(p.M, row_begin + BM);
     w = p.w;
@@ -440,26 +434,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kerne
       }
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
-    // Rank `slice` sums rows [r0, r1) of the tile over ranks 0..S-1 in rank order.
-    const int num_slices = p.num_slices;
-    const int rows_per_rank = (BM + num_slices - 1) / num_slices;
-    const int r0 = slice * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
-    constexpr int kVec4PerRow = BN / 4;
-    for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
-      const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
-      const int m = row_begin + r, n = n_begin + c;
-      if (m >= row_end || n >= N) continue;  // N % 8 == 0: n < N means n + 3 < N
-      const int offset = r * Cfg::kPartialStride + c;
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s = 0; s < num_slices; ++s) {
-        const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, s) + offset);
-        sum.x = __fadd_rn(sum.x, v.x);
-        sum.y = __fadd_rn(sum.y, v.y);
-        sum.z = __fadd_rn(sum.z, v.z);
-        sum.w = __fadd_rn(sum.w, v.w);
-      }
-      store_four(y + static_cast<size_t>(m) * N + n, sum);
-    }
+    sum_cluster_partials<BM, BN, Cfg::kPartialStride, kThreads>(cluster, partial, p.num_slices, slice, row_begin,
+                                                                 row_end, n_begin, N, y);
     cluster.sync();  // keep this CTA's shared memory alive until every rank has read it
     return;
   }
@@ -738,25 +714,8 @@ __global__ void __launch_bounds__(DecodeCfg::kThreads, 2) fp8_decode_kernel(cons
     }
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
-    const int num_slices = p.num_slices;
-    const int rows_per_rank = (BM + num_slices - 1) / num_slices;
-    const int r0 = slice * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
-    constexpr int kVec4PerRow = BN / 4;
-    for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
-      const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
-      const int m = row_begin + r, n = n_begin + c;
-      if (m >= row_end || n >= N) continue;
-      const int offset = r * C::kPartialStride + c;
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s = 0; s < num_slices; ++s) {
-        const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, s) + offset);
-        sum.x = __fadd_rn(sum.x, v.x);
-        sum.y = __fadd_rn(sum.y, v.y);
-        sum.z = __fadd_rn(sum.z, v.z);
-        sum.w = __fadd_rn(sum.w, v.w);
-      }
-      store_four(y + static_cast<size_t>(m) * N + n, sum);
-    }
+    sum_cluster_partials<BM, BN, C::kPartialStride, kThreads>(cluster, partial, p.num_slices, slice, row_begin,
+                                                               row_end, n_begin, N, y);
     cluster.sync();
     return;
   }
@@ -815,40 +774,14 @@ template <class KernelPtr>
 void launch_kernel(KernelPtr kernel, int threads, int smem_bytes, int bm, int bn, bool grouped,
                    std::atomic<uint64_t>& smem_attribute_devices, Params p, int grouped_max_rows,
                    cudaStream_t stream) {
-  const int device = current_device();
-  const uint64_t device_bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (device_bit == 0 || (smem_attribute_devices.load(std::memory_order_relaxed) & device_bit) == 0) {
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    smem_attribute_devices.fetch_or(device_bit, std::memory_order_relaxed);
-  }
+  opt_in_shared_memory(kernel, smem_bytes, smem_attribute_devices);
   p.n_tiles = (p.N + bn - 1) / bn;
-  const int ctas_per_tile = p.num_slices;
-  long long grid_x = 0, grid_y = 1;
-  if (grouped) {
-    grid_x = static_cast<long long>(p.n_tiles) * ctas_per_tile;
-    grid_y = grouped_slots(grouped_max_rows, p.num_groups, bm);
-    FP8_REQUIRE(grid_y <= 65535, "grouped gemm: too many row tiles for grid.y", grid_y);
-  } else {
-    p.m_tiles = (p.M + bm - 1) / bm;
-    grid_x = static_cast<long long>(p.m_tiles) * p.n_tiles * ctas_per_tile;
-  }
-  FP8_REQUIRE(grid_x <= 0x7fffffffLL, "gemm: too many tiles for grid.x", grid_x);
-  if (grid_x == 0 || grid_y == 0) return;
-
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1);
-  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
-  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
-  config.stream = stream;
+  if (!grouped) p.m_tiles = (p.M + bm - 1) / bm;
+  cudaLaunchConfig_t config;
   cudaLaunchAttribute attribute[1];
-  if (p.num_slices > 1) {
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned>(p.num_slices);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-  }
+  if (!gemm_launch_config(grouped, p.m_tiles, p.n_tiles, p.num_slices, grouped_max_rows, p.num_groups, bm, threads,
+                          smem_bytes, stream, config, attribute))
+    return;
   (void)cudaLaunchKernelEx(&config, kernel, p);  // errors surface at the caller's next CUDA call
 }
 

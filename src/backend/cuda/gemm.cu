@@ -45,13 +45,11 @@ namespace cg = cooperative_groups;
 using namespace gemm_common;  // PTX wrappers, stores, the grouped tile scan, device queries
 
 constexpr int kChunkK = 16;  // k elements per mma.m16n8k16 step
-constexpr int kGroupM = 8;   // m tiles per raster group (L2 reuse of W across neighbouring CTAs)
 
 // ---------------------------------------------------------------------------------------------
 // Slice plan: depends on (N, K) only. Few output columns means few independent accumulation chains
 // when M is small, so small N gets more slices (cluster CTAs at small M, a register fold at large M).
 struct SlicePlan {
-  int K;
   int num_chunks;    // ceil(K / 16)
   int slice_chunks;  // C: chunks per slice, a multiple of 16 (so every k-tile of every config lies in one slice)
   int num_slices;    // S = ceil(num_chunks / C) >= 1, at most 8 (the portable cluster size)
@@ -70,7 +68,7 @@ SlicePlan plan_slices(int N, int K) {
   const int per_slice = (num_chunks + target - 1) / target;
   const int slice_chunks = std::max(16, (per_slice + 15) / 16 * 16);
   const int num_slices = std::max(1, (num_chunks + slice_chunks - 1) / slice_chunks);
-  return {K, num_chunks, slice_chunks, num_slices};
+  return {num_chunks, slice_chunks, num_slices};
 }
 
 enum class SliceReduction { kClusterDsmem, kRegisterFold, kSmemFold, kNone };
@@ -173,13 +171,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     row_end = min(group_end, row_begin + BM);
     w = p.group_weights ? p.group_weights[group] : p.w + group * p.group_stride;
   } else {
-    // Raster in groups of kGroupM m-tiles so CTAs running together share W columns in L2.
-    const int group_size = kGroupM * p.n_tiles;
-    const int first_m = (tile_index / group_size) * kGroupM;
-    const int group_m = min(p.m_tiles - first_m, kGroupM);
-    const int in_group = tile_index % group_size;
-    const int m_tile = first_m + in_group % group_m;
-    n_tile = in_group / group_m;
+    const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);
     row_begin = m_tile * BM;
     row_end = min(p.M, row_begin + BM);
     w = p.w;
@@ -371,33 +363,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
         }
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();  // all partials of the cluster written and visible
-      // Rank `slice` sums rows [r0, r1) of the tile over ranks 0..S-1 in rank order and stores them.
-      const int num_slices = p.num_slices;
-      const int rows_per_rank = (BM + num_slices - 1) / num_slices;
-      const int r0 = slice * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
-      constexpr int kVec4PerRow = BN / 4;
-      const bool vector_store = (N & 3) == 0;
-      for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
-        const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
-        const int m = row_begin + r, n = n_begin + c;
-        if (m >= row_end || n >= N) continue;  // padding: nothing to store (at M = 1, 15 of 16 rows)
-        const int offset = r * Cfg::kPartialStride + c;
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // same start as the register fold's total
-        for (int s = 0; s < num_slices; ++s) {
-          const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, s) + offset);
-          sum.x += v.x;
-          sum.y += v.y;
-          sum.z += v.z;
-          sum.w += v.w;
-        }
-        OutT* out = y + static_cast<size_t>(m) * N + n;
-        if (vector_store && n + 3 < N) {
-          store_four(out, sum);
-        } else {
-          const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-          for (int e = 0; e < 4 && n + e < N; ++e) store_one(out + e, vals[e]);
-        }
-      }
+      sum_cluster_partials<BM, BN, Cfg::kPartialStride, kThreads>(cluster, partial, p.num_slices, slice, row_begin,
+                                                                   row_end, n_begin, N, y);
       cluster.sync();  // keep this CTA's shared memory alive until every rank has read it
       return;
     }
@@ -433,42 +400,16 @@ void launch(GemmParams p, int grouped_max_rows, cudaStream_t stream) {
   const auto kernel = gemm_kernel<Cfg, OutT, kGrouped>;
   // Opt in to > 48 KB of dynamic shared memory once per device for this kernel.
   static std::atomic<uint64_t> smem_attribute_devices{0};
-  const int device = current_device();
-  const uint64_t device_bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (device_bit == 0 || (smem_attribute_devices.load(std::memory_order_relaxed) & device_bit) == 0) {
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    smem_attribute_devices.fetch_or(device_bit, std::memory_order_relaxed);
-  }
+  opt_in_shared_memory(kernel, Cfg::kSmemBytes, smem_attribute_devices);
 
   const bool cluster = Cfg::kReduction == SliceReduction::kClusterDsmem && p.num_slices > 1;
-  const int ctas_per_tile = cluster ? p.num_slices : 1;
   p.n_tiles = (p.N + Cfg::BN - 1) / Cfg::BN;
-  long long grid_x = 0, grid_y = 1;
-  if constexpr (kGrouped) {
-    grid_x = static_cast<long long>(p.n_tiles) * ctas_per_tile;
-    grid_y = grouped_slots(grouped_max_rows, p.num_groups, Cfg::BM);
-    if (grid_y > 65535) fail("grouped_gemm: too many row tiles for grid.y", grid_y);
-  } else {
-    p.m_tiles = (p.M + Cfg::BM - 1) / Cfg::BM;
-    grid_x = static_cast<long long>(p.m_tiles) * p.n_tiles * ctas_per_tile;
-  }
-  if (grid_x > 0x7fffffffLL) fail("gemm: too many tiles for grid.x", grid_x);
-  if (grid_x == 0 || grid_y == 0) return;
-
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1);
-  config.blockDim = dim3(Cfg::kThreads, 1, 1);
-  config.dynamicSmemBytes = Cfg::kSmemBytes;
-  config.stream = stream;
+  if constexpr (!kGrouped) p.m_tiles = (p.M + Cfg::BM - 1) / Cfg::BM;
+  cudaLaunchConfig_t config;
   cudaLaunchAttribute attribute[1];
-  if (cluster) {
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned>(p.num_slices);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-  }
+  if (!gemm_launch_config(kGrouped, p.m_tiles, p.n_tiles, cluster ? p.num_slices : 1, grouped_max_rows, p.num_groups,
+                          Cfg::BM, Cfg::kThreads, Cfg::kSmemBytes, stream, config, attribute))
+    return;
   // Errors (if any) are left for the caller's next CUDA call, as for <<<>>>.
   (void)cudaLaunchKernelEx(&config, kernel, p);
 }
@@ -508,8 +449,6 @@ int legal_config(int config, const SlicePlan& plan, bool tma) {
   if (plan.num_slices > 1 && (config == kM128N256 || config == kM128N256K64)) return kM128N256Fold;
   return config;
 }
-
-bool tma_possible(const SlicePlan& plan) { return plan.K % 64 == 0 && plan.slice_chunks % 4 == 0; }
 
 template <class OutT>
 void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_rows, cudaStream_t stream) {
@@ -565,7 +504,7 @@ template <class OutT>
 void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, OutT* y, cudaStream_t stream) {
   if (M <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
-  const bool tma = tma_possible(plan) && M > 16 && wgmma_path::usable(x, W, K);
+  const bool tma = wgmma_path::usable(x, W, K);
   if (config < 0) config = choose_config(M, M, N, plan, tma);
   GemmParams p = make_params(x, K, N, y, plan);
   p.M = M;
@@ -585,7 +524,7 @@ void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G,
                        const bf16* const* weights, const bf16* stacked, int N, OutT* y, cudaStream_t stream) {
   if (G <= 0 || max_rows <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
-  const bool tma = stacked != nullptr && tma_possible(plan) && wgmma_path::usable(x, stacked, K);
+  const bool tma = stacked != nullptr && wgmma_path::usable(x, stacked, K);
   if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, N, plan, tma);
   config = legal_config(config, plan, tma);
   // grid.y holds the row-tile slots: fall back to 128-row tiles if the small ones would overflow it.
@@ -630,9 +569,10 @@ void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_
 // run one tile configuration by index, so every configuration can be checked against the others.
 namespace gemm_testing {
 namespace {
-bool tma_device() {
+// Whether the TMA tiles run K-wide calls on this device (operands aligned as the tests' are).
+bool tma_device(int K) {
   alignas(16) static const bf16 probe[8] = {};
-  return wgmma_path::usable(probe, probe, 64);
+  return wgmma_path::usable(probe, probe, K);
 }
 }  // namespace
 int config_count() { return kNumConfigs; }
@@ -640,11 +580,11 @@ const char* config_name(int config) { return config >= 0 && config < kNumConfigs
 int slice_count(int N, int K) { return plan_slices(N, K).num_slices; }
 bool config_runs_as_is(int config, int N, int K) {
   const SlicePlan plan = plan_slices(N, K);
-  return legal_config(config, plan, tma_possible(plan) && tma_device()) == config;
+  return legal_config(config, plan, tma_device(K)) == config;
 }
 int auto_config(int M, int N, int K) {
   const SlicePlan plan = plan_slices(N, K);
-  const bool tma = tma_possible(plan) && M > 16 && tma_device();
+  const bool tma = tma_device(K);
   return legal_config(choose_config(M, M, N, plan, tma), plan, tma);
 }
 void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream) {

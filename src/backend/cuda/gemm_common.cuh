@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,6 +71,19 @@ __device__ __forceinline__ void store_four(bf16* p, float4 v) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Dense tiles in raster groups of kRasterM m-tiles: CTAs that run together share W columns in L2.
+// Returns the m tile of `tile_index` (of m_tiles x n_tiles) and sets n_tile.
+constexpr int kRasterM = 8;
+__device__ __forceinline__ int raster_tile(int tile_index, int m_tiles, int n_tiles, int& n_tile) {
+  const int group_size = kRasterM * n_tiles;
+  const int first_m = (tile_index / group_size) * kRasterM;
+  const int group_m = min(m_tiles - first_m, kRasterM);
+  const int in_group = tile_index % group_size;
+  n_tile = in_group / group_m;
+  return first_m + in_group % group_m;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Grouped: slot `slot` is the slot-th non-empty (group, row tile) pair in group order. Every CTA
 // recomputes the per-group tile counts from the device offsets with a block-wide scan (O(G)).
 template <int kThreads>
@@ -117,6 +131,44 @@ __device__ bool locate_group_tile(const int* row_offsets, int num_groups, int bm
 }
 
 // ---------------------------------------------------------------------------------------------
+// The slice partials of a cluster meet (the tiles that spread K slices over the CTAs of a
+// thread-block cluster): the CTA of rank `rank` sums rows [rank * ceil(BM / S), ...) of the BM x BN
+// tile over the partials of ranks 0..S-1 in rank order, starting from zero (the register fold's
+// order), and stores the rows that exist (row_begin + r < row_end, n_begin + c < N). `partial` is
+// this CTA's [BM][kStride] fp32 tile in shared memory; call it between two cluster.sync()s (the
+// first makes every partial visible, the second keeps them alive until every rank has read them).
+template <int BM, int BN, int kStride, int kThreads, class OutT>
+__device__ void sum_cluster_partials(cooperative_groups::cluster_group& cluster, float* partial, int num_slices,
+                                     int rank, int row_begin, int row_end, int n_begin, int N, OutT* y) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int rows_per_rank = (BM + num_slices - 1) / num_slices;
+  const int r0 = rank * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
+  constexpr int kVec4PerRow = BN / 4;
+  const bool vector_store = (N & 3) == 0;
+  for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
+    const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
+    const int m = row_begin + r, n = n_begin + c;
+    if (m >= row_end || n >= N) continue;  // padding rows / columns: nothing to store
+    const int offset = r * kStride + c;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int q = 0; q < num_slices; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + offset);
+      sum.x = __fadd_rn(sum.x, v.x);
+      sum.y = __fadd_rn(sum.y, v.y);
+      sum.z = __fadd_rn(sum.z, v.z);
+      sum.w = __fadd_rn(sum.w, v.w);
+    }
+    OutT* out = y + static_cast<size_t>(m) * N + n;
+    if (vector_store && n + 3 < N) {
+      store_four(out, sum);
+    } else {
+      const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+      for (int e = 0; e < 4 && n + e < N; ++e) store_one(out + e, vals[e]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host side.
 constexpr int kMaxCachedDevices = 64;
 
@@ -126,21 +178,29 @@ inline int current_device() {
   return device;
 }
 
-inline int sm_count() {
-  static std::atomic<int> cache[kMaxCachedDevices];  // 0 = not queried yet
+// An attribute of the current device, queried once per device; `fallback` where the query fails
+// (not a launch error of the caller's, so the error state is cleared).
+template <cudaDeviceAttr kAttribute>
+int device_attribute(int fallback) {
+  static std::atomic<int> cache[kMaxCachedDevices];  // value + 1; 0 = not queried yet
   const int device = current_device();
   const bool cached = device >= 0 && device < kMaxCachedDevices;
   if (cached) {
     const int known = cache[device].load(std::memory_order_relaxed);
-    if (known > 0) return known;
+    if (known != 0) return known - 1;
   }
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
-    (void)cudaGetLastError();  // not a launch error of the caller's; assume an H100/H200
-    count = 132;
+  int value = fallback;
+  if (cudaDeviceGetAttribute(&value, kAttribute, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    value = fallback;
   }
-  if (cached) cache[device].store(count, std::memory_order_relaxed);
-  return count;
+  if (cached) cache[device].store(value + 1, std::memory_order_relaxed);
+  return value;
+}
+inline int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(132); }  // else an H100/H200
+inline bool device_is_sm90() {
+  return device_attribute<cudaDevAttrComputeCapabilityMajor>(0) == 9 &&
+         device_attribute<cudaDevAttrComputeCapabilityMinor>(-1) == 0;
 }
 
 [[noreturn]] inline void fail(const char* what, long long value) {
@@ -152,6 +212,52 @@ inline int sm_count() {
 // holds at least one row.
 inline long long grouped_slots(int max_rows, int num_groups, int bm) {
   return std::min<long long>((static_cast<long long>(max_rows) + bm - 1) / bm + num_groups, max_rows);
+}
+
+// Opts `kernel` in to `bytes` of dynamic shared memory, once per device (devices: a per-kernel
+// bit set of the devices already done).
+template <class KernelPtr>
+void opt_in_shared_memory(KernelPtr kernel, int bytes, std::atomic<uint64_t>& devices) {
+  const int device = current_device();
+  const uint64_t device_bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (device_bit == 0 || (devices.load(std::memory_order_relaxed) & device_bit) == 0) {
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    devices.fetch_or(device_bit, std::memory_order_relaxed);
+  }
+}
+
+// Launch setup shared by the GEMM kernels: grid = (dense: m_tiles x n_tiles, grouped: n_tiles) x
+// cta_per_tile CTAs by (grouped: the row-tile slots of max_rows rows in num_groups groups of
+// bm-row tiles); with cluster_slices > 1 the CTAs of a tile form a cluster of that size (attribute
+// written to attrs[0]). Returns false when there is nothing to launch; aborts past the grid limits.
+inline bool gemm_launch_config(bool grouped, long long m_tiles, long long n_tiles, int cluster_slices,
+                               int grouped_max_rows, int num_groups, int bm, int threads, int smem_bytes,
+                               cudaStream_t stream, cudaLaunchConfig_t& config, cudaLaunchAttribute* attrs) {
+  const int ctas_per_tile = cluster_slices > 1 ? cluster_slices : 1;
+  long long grid_x = n_tiles * ctas_per_tile, grid_y = 1;
+  if (grouped) {
+    grid_y = grouped_slots(grouped_max_rows, num_groups, bm);
+    if (grid_y > 65535) fail("grouped_gemm: too many row tiles for grid.y", grid_y);
+  } else {
+    grid_x *= m_tiles;
+  }
+  if (grid_x > 0x7fffffffLL) fail("gemm: too many tiles for grid.x", grid_x);
+  if (grid_x == 0 || grid_y == 0) return false;
+  config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1);
+  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  config.stream = stream;
+  config.attrs = attrs;
+  config.numAttrs = 0;
+  if (cluster_slices > 1) {
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = static_cast<unsigned>(cluster_slices);
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    config.numAttrs = 1;
+  }
+  return true;
 }
 
 }  // namespace deepinfer::backend::cuda::gemm_common

@@ -36,7 +36,6 @@ using namespace gemm_common;
 constexpr int kTileK = 64;
 constexpr int kStepsPerTile = 4;  // k16 steps
 constexpr int kWarpgroup = 128;
-constexpr int kGroupM = 8;  // m tiles per raster group (L2 reuse of W)
 constexpr int kMaxSlices = 8;  // portable cluster size (gemm.cu's plan never exceeds it)
 
 // How the S slice partials of a tile meet (see gemm.cu): kFold — one CTA runs every slice and folds
@@ -216,12 +215,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     row_end = min(p.row_offsets[group + 1], row_begin + BM);
     w_row_begin = group * p.N + n_tile * BN;  // rows of the stacked weights
   } else {
-    const int group_size = kGroupM * p.n_tiles;
-    const int first_m = (tile_index / group_size) * kGroupM;
-    const int group_m = min(p.m_tiles - first_m, kGroupM);
-    const int in_group = tile_index % group_size;
-    const int m_tile = first_m + in_group % group_m;
-    n_tile = in_group / group_m;
+    const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);
     row_begin = m_tile * BM;
     row_end = min(p.M, row_begin + BM);
     w_row_begin = n_tile * BN;
@@ -343,34 +337,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();  // every partial of the cluster written and visible
-      // Rank `slice` sums rows [r0, r1) of the tile over ranks 0..S-1 in rank order, from zero (the
-      // fold's order), and stores them.
-      const int num_slices = p.num_slices;
-      const int rows_per_rank = (BM + num_slices - 1) / num_slices;
-      const int r0 = slice * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
-      constexpr int kVec4PerRow = BN / 4;
-      const bool vector_store = (N & 3) == 0;
-      for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
-        const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
-        const int m = row_begin + r, n = n_begin + c;
-        if (m >= row_end || n >= N) continue;
-        const int offset = r * Cfg::kPartialStride + c;
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int q = 0; q < num_slices; ++q) {
-          const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + offset);
-          sum.x += v.x;
-          sum.y += v.y;
-          sum.z += v.z;
-          sum.w += v.w;
-        }
-        OutT* out = y + static_cast<size_t>(m) * N + n;
-        if (vector_store && n + 3 < N) {
-          store_four(out, sum);
-        } else {
-          const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-          for (int e = 0; e < 4 && n + e < N; ++e) store_one(out + e, vals[e]);
-        }
-      }
+      sum_cluster_partials<BM, BN, Cfg::kPartialStride, kThreads>(cluster, partial, p.num_slices, slice, row_begin,
+                                                                   row_end, n_begin, N, y);
       cluster.sync();  // keep this CTA's shared memory alive until every rank has read it
       return;
     }
@@ -424,20 +392,6 @@ EncodeTiledFn encoder() {
   return fn;
 }
 
-bool device_is_sm90() {
-  static std::atomic<int> cache[kMaxCachedDevices];  // 0 unknown, 1 yes, 2 no
-  const int device = current_device();
-  const bool cached = device >= 0 && device < kMaxCachedDevices;
-  if (cached && cache[device].load(std::memory_order_relaxed) != 0) return cache[device].load() == 1;
-  int major = 0, minor = 0;
-  bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
-  if (!ok) (void)cudaGetLastError();
-  ok = ok && major == 9 && minor == 0;
-  if (cached) cache[device].store(ok ? 1 : 2, std::memory_order_relaxed);
-  return ok;
-}
-
 // Row-major bf16 [rows, K] as a 2D tensor map with boxes of 64 k x box_rows rows, 128B swizzle,
 // zeros outside.
 CUtensorMap make_map(const bf16* base, long long rows, int K, int box_rows) {
@@ -457,12 +411,7 @@ template <class Cfg, class OutT, bool kGrouped>
 void launch(const Problem& pr, cudaStream_t stream) {
   const auto kernel = wgmma_gemm_kernel<Cfg, OutT, kGrouped>;
   static std::atomic<uint64_t> smem_attribute_devices{0};
-  const int device = current_device();
-  const uint64_t device_bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (device_bit == 0 || (smem_attribute_devices.load(std::memory_order_relaxed) & device_bit) == 0) {
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    smem_attribute_devices.fetch_or(device_bit, std::memory_order_relaxed);
-  }
+  opt_in_shared_memory(kernel, Cfg::kSmemBytes, smem_attribute_devices);
   Params p = {};
   p.row_offsets = pr.row_offsets;
   p.y = pr.y;
@@ -480,31 +429,11 @@ void launch(const Problem& pr, cudaStream_t stream) {
   const CUtensorMap map_w = make_map(pr.w, w_rows, pr.K, Cfg::BN);
   const bool cluster = Cfg::kMode == Mode::kCluster && pr.num_slices > 1;
   if (cluster && pr.num_slices > kMaxSlices) fail("wgmma gemm: more slices than a portable cluster", pr.num_slices);
-  const int ctas_per_tile = cluster ? pr.num_slices : 1;
-  long long grid_x = 0, grid_y = 1;
-  if constexpr (kGrouped) {
-    grid_x = static_cast<long long>(p.n_tiles) * ctas_per_tile;
-    grid_y = grouped_slots(pr.x_rows, pr.num_groups, Cfg::BM);
-    if (grid_y > 65535) fail("wgmma grouped_gemm: too many row tiles for grid.y", grid_y);
-  } else {
-    grid_x = static_cast<long long>(p.m_tiles) * p.n_tiles * ctas_per_tile;
-  }
-  if (grid_x > 0x7fffffffLL) fail("wgmma gemm: too many tiles for grid.x", grid_x);
-  if (grid_x == 0 || grid_y == 0) return;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1);
-  config.blockDim = dim3(Cfg::kThreads, 1, 1);
-  config.dynamicSmemBytes = Cfg::kSmemBytes;
-  config.stream = stream;
+  cudaLaunchConfig_t config;
   cudaLaunchAttribute attribute[1];
-  if (cluster) {
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned>(pr.num_slices);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-  }
+  if (!gemm_launch_config(kGrouped, p.m_tiles, p.n_tiles, cluster ? pr.num_slices : 1, pr.x_rows, pr.num_groups,
+                          Cfg::BM, Cfg::kThreads, Cfg::kSmemBytes, stream, config, attribute))
+    return;
   (void)cudaLaunchKernelEx(&config, kernel, map_x, map_w, p);  // errors surface at the caller's next CUDA call
 }
 

@@ -24,6 +24,7 @@
 
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/gemm_common.cuh"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -115,14 +116,7 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sums each of kN values over the 32 lanes of a warp with exactly the additions of an xor
-// butterfly (lane l adds its partner l ^ off at off = 16, 8, ..., 1; a + b == b + a bitwise), but
-// at each level a lane keeps only half of its values and receives the partner's matching half:
-// kN - kN / 32 shuffles instead of 5 kN. On return lane l holds the totals of values
-// l * (kN / 32) + i in v[i], i < kN / 32.
-// One level: values [0, kHalf) and [kHalf, 2 kHalf) pair up with the partner lane l ^ kOff. A
-// compile-time level (not a loop over levels) keeps every index constant, so the array stays in
-// registers (with a runtime `half` the compiler indexed it in local memory).
+// One level of warp_sum_halving: values [0, kHalf) and [kHalf, 2 kHalf) pair up with lane l ^ kOff.
 template <int kHalf, int kOff, int kN>
 __device__ __forceinline__ void warp_sum_halving_level(float (&v)[kN], int lane) {
   const bool upper = (lane & kOff) != 0;
@@ -134,6 +128,12 @@ __device__ __forceinline__ void warp_sum_halving_level(float (&v)[kN], int lane)
     v[i] = keep + __shfl_xor_sync(kFullMask, send, kOff);
   }
 }
+// Sums each of kN values over the 32 lanes of a warp with exactly the additions of an xor
+// butterfly (lane l adds its partner l ^ off at off = 16, 8, ..., 1; a + b == b + a bitwise), but
+// at each level a lane keeps only half of its values and receives the partner's matching half:
+// kN - kN / 32 shuffles instead of 5 kN. On return lane l holds the totals of values
+// l * (kN / 32) + i in v[i], i < kN / 32. The levels are compile-time calls (a runtime loop over
+// levels made the compiler index the array in local memory).
 template <int kN>
 __device__ __forceinline__ void warp_sum_halving(float (&v)[kN]) {
   static_assert(kN % 32 == 0);
@@ -388,15 +388,14 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
   if (a.vec) {
     // Asynchronous copies: every 16-byte piece of the slice is in flight at once (a load-then-store
     // loop waits for each load in turn, and the staging dominated the kernel).
-    const uint32_t fn_s_addr = static_cast<uint32_t>(__cvta_generic_to_shared(fn_s));
+    const uint32_t fn_s_addr = gemm_common::shared_address(fn_s);
     for (int i = tid; i < kMix * span; i += kHcThreads) {
       const int j = i / span, c = i % span;
-      const float* src = a.fn + static_cast<size_t>(j) * W + 4 * static_cast<size_t>(c0 + c);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(fn_s_addr + 16u * static_cast<uint32_t>(i)),
-                   "l"(src)
-                   : "memory");
+      gemm_common::cp_async_16(fn_s_addr + 16u * static_cast<uint32_t>(i),
+                               a.fn + static_cast<size_t>(j) * W + 4 * static_cast<size_t>(c0 + c), 16);
     }
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    gemm_common::cp_async_commit();
+    gemm_common::cp_async_wait<0>();
   } else {
     for (int i = tid; i < kMix * span; i += kHcThreads) {
       const int j = i / span, c = i % span;
