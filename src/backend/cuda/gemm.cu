@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
   const bf16* w;
   if constexpr (kGrouped) {
     int group, group_tile;
+    grid_dependency_wait();  // the row offsets come from earlier kernels (a no-op without PDL)
     // Same (blockIdx.y) for all CTAs of a cluster, so the whole cluster leaves together.
     if (!locate_group_tile<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group,
                                      group_tile))
@@ -193,11 +194,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
   // rows out of range and k >= K become zeros (K % 8 == 0, so a 16-byte vector is all in or all out).
   // Out-of-range rows stay zero in every stage once each stage has been filled (t >= kStages), so
   // they are not rewritten (at M = 1, 15 of the 16 x rows).
-  auto load_tile = [&](int t, int stage) {
+  // Compile-time trip counts (the vectors divide evenly over the threads), so the loops unroll fully.
+  auto load_a = [&](int t, int stage) {
     const int k0 = (chunk_begin + t * kChunks) * kChunkK;
     const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes);
-    const uint32_t b_tile = a_tile + Cfg::kATileBytes;
-    // Compile-time trip counts (the vectors divide evenly over the threads), so the loops unroll fully.
 #pragma unroll
     for (int j = 0; j < BM * kVecs / kThreads; ++j) {
       const int i = tid + j * kThreads;
@@ -206,6 +206,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
       const bool ok = m < row_end && k < K;
       cp_async_16(a_tile + tile_offset<kVecs>(r, v), ok ? x + static_cast<size_t>(m) * K + k : x, ok ? 16 : 0);
     }
+  };
+  auto load_b = [&](int t, int stage) {
+    const int k0 = (chunk_begin + t * kChunks) * kChunkK;
+    const uint32_t b_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes) + Cfg::kATileBytes;
 #pragma unroll
     for (int j = 0; j < BN * kVecs / kThreads; ++j) {
       const int i = tid + j * kThreads;
@@ -284,15 +288,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
   [[maybe_unused]] int next_fold_chunk = p.slice_chunks;  // fold configs: chunk index of the next slice boundary
 
   // --- Main loop: kStages-deep cp.async pipeline, one barrier per k-tile.
+  // Prologue: the weight tiles first. Weights never depend on earlier kernels, so under programmatic
+  // dependent launch (dense calls) they stream while the previous kernel finishes; x is read only
+  // after griddepcontrol.wait. (A stage's weights sit in an earlier or the same commit group as its
+  // x, so waiting for the stage's group still covers both.)
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s)
+    if (s < num_k_tiles) load_b(s, s);
+  grid_dependency_wait();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k_tiles) load_tile(s, s);
+    if (s < num_k_tiles) load_a(s, s);
     cp_async_commit();
   }
   for (int t = 0; t < num_k_tiles; ++t) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // tile t landed for all threads; everyone is done with the stage refilled below
-    if (t + kStages - 1 < num_k_tiles) load_tile(t + kStages - 1, (t + kStages - 1) % kStages);
+    if (t + kStages - 1 < num_k_tiles) {
+      load_a(t + kStages - 1, (t + kStages - 1) % kStages);
+      load_b(t + kStages - 1, (t + kStages - 1) % kStages);
+    }
     cp_async_commit();
 
     const int tile_chunk0 = chunk_begin + t * kChunks;
@@ -406,10 +421,18 @@ void launch(GemmParams p, int grouped_max_rows, cudaStream_t stream) {
   p.n_tiles = (p.N + Cfg::BN - 1) / Cfg::BN;
   if constexpr (!kGrouped) p.m_tiles = (p.M + Cfg::BM - 1) / Cfg::BM;
   cudaLaunchConfig_t config;
-  cudaLaunchAttribute attribute[1];
+  cudaLaunchAttribute attribute[2];
   if (!gemm_launch_config(kGrouped, p.m_tiles, p.n_tiles, cluster ? p.num_slices : 1, grouped_max_rows, p.num_groups,
                           Cfg::BM, Cfg::kThreads, Cfg::kSmemBytes, stream, config, attribute))
     return;
+  // Dense calls may start while the previous kernel is still running (programmatic dependent
+  // launch): they prefetch weights, then wait for it (griddepcontrol.wait) before reading x.
+  if constexpr (!kGrouped) {
+    attribute[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[config.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs += 1;
+  }
   // Errors (if any) are left for the caller's next CUDA call, as for <<<>>>.
   (void)cudaLaunchKernelEx(&config, kernel, p);
 }

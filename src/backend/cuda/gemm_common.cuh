@@ -58,6 +58,13 @@ __device__ __forceinline__ uint32_t tile_offset(int row, int vec) {
   return static_cast<uint32_t>((row * kVecsPerRow + (vec ^ swizzle)) * 16);
 }
 
+// Programmatic dependent launch (sm_90): wait until the grids this one depends on have completed
+// and their writes are visible (returns at once for a grid launched without the PDL attribute);
+// let the grids that depend on this one start launching (they still wait before reading its output).
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 __device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_one(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_two(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }

@@ -30,6 +30,12 @@
 namespace deepinfer::backend::cuda {
 namespace {
 
+// Programmatic dependent launch: lets a grid launched with the PDL attribute after this one (the
+// dense GEMMs) start now; it still waits (griddepcontrol.wait) for this grid's writes.
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 namespace cg = cooperative_groups;
 
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -199,6 +205,7 @@ constexpr int kRmsThreads = 256;  // part of the reduction order: fixed
 
 __global__ void __launch_bounds__(kRmsThreads)
     rms_norm_kernel(const float* x, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16, bool vec) {
+  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
   __shared__ float scratch[kRmsThreads / 32];
   const size_t row = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(n);
   const float* xr = x + row;
@@ -530,6 +537,7 @@ void with_hc(int hc, F&& f) {
 __global__ void __launch_bounds__(kEltThreads)
     swiglu_kernel(const float* __restrict__ gu, int inter, float limit, const float* __restrict__ row_weight,
                   bf16* __restrict__ out, bool vec) {
+  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
   const int m = static_cast<int>(blockIdx.x);
   const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (c >= ceil_div(inter, 4)) return;
@@ -790,6 +798,7 @@ __global__ void __launch_bounds__(kEltThreads)
 
 __global__ void __launch_bounds__(kEltThreads)
     to_bf16_kernel(const float* __restrict__ x, size_t n, bf16* __restrict__ y, bool vec) {
+  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t n4 = vec ? n / 4 : 0;
@@ -804,6 +813,7 @@ __device__ __forceinline__ float round_bf16_dev(float v) {
 }
 
 __global__ void __launch_bounds__(kEltThreads) round_bf16_kernel(float* __restrict__ x, size_t n, bool vec) {
+  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t n4 = vec ? n / 4 : 0;

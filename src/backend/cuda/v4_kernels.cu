@@ -11,6 +11,12 @@
 namespace deepinfer::backend::cuda {
 namespace {
 
+// Programmatic dependent launch: lets a grid launched with the PDL attribute after this one (the
+// dense GEMMs) start now; it still waits (griddepcontrol.wait) for this grid's writes.
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 inline unsigned blocks_for(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 __device__ inline float* slot_floats(const StepView& st, int slot, size_t offset) {
@@ -194,6 +200,7 @@ __global__ void split_groups_kernel(const float* o, int T, int G, int gw, bf16* 
 }
 
 __global__ void merge_groups_kernel(const float* zo, int T, int G, int r, bf16* out) {
+  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
   const size_t n = static_cast<size_t>(T) * G * r;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t t = i / (static_cast<size_t>(G) * r), rem = i % (static_cast<size_t>(G) * r);
