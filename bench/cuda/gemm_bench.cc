@@ -3,7 +3,7 @@
 //   {"bench":"copy", ...}   device-to-device cudaMemcpy of 4 GiB: the memory ceiling
 //   {"bench":"gemm", ...}   per (shape, M): our time, GB/s, TFLOP/s and cuBLAS's, side by side
 //   {"bench":"gemm_config", ...}   with --configs: every tile configuration forced (for tuning)
-// Usage: deepinfer_bench_gemm [--quick] [--fp32] [--configs]
+// Usage: deepinfer_bench_gemm [--quick] [--fp32] [--configs] [--ms M1,M2,...]
 //   --quick    M in {1, 64, 4096} only
 //   --fp32     fp32 output (default bf16 output)
 //   --configs  also time each tile configuration of gemm.cu on each case
@@ -54,6 +54,7 @@ struct Options {
   bool quick = false;
   bool fp32_out = false;
   bool configs = false;
+  std::vector<int> ms;  // --ms 1,384,1536: the row counts to time (default: see main)
 };
 
 struct Shape {
@@ -172,13 +173,22 @@ void bench_shape(const Shape& shape, const std::vector<int>& ms, const Options& 
       return [&, config](int i) {
         const int c = i % copies;
         const bf16* xb = static_cast<const bf16*>(x);
-        if (G > 1) {
+        if (G > 1 && config < 0) {
           if (opt.fp32_out)
             dc::grouped_gemm_stacked(xb, d_offsets, G, M, K, static_cast<const bf16*>(weights[c]), N,
                                      static_cast<float*>(y), stream);
           else
             dc::grouped_gemm_stacked(xb, d_offsets, G, M, K, static_cast<const bf16*>(weights[c]), N,
                                      static_cast<bf16*>(y), stream);
+        } else if (G > 1) {
+          if (opt.fp32_out)
+            dc::gemm_testing::grouped_gemm_stacked_with_config(config, xb, d_offsets, G, M, K,
+                                                               static_cast<const bf16*>(weights[c]), N,
+                                                               static_cast<float*>(y), stream);
+          else
+            dc::gemm_testing::grouped_gemm_stacked_with_config(config, xb, d_offsets, G, M, K,
+                                                               static_cast<const bf16*>(weights[c]), N,
+                                                               static_cast<bf16*>(y), stream);
         } else if (config < 0) {
           if (opt.fp32_out)
             dc::gemm(xb, M, K, static_cast<const bf16*>(weights[c]), N, static_cast<float*>(y), stream);
@@ -235,7 +245,7 @@ void bench_shape(const Shape& shape, const std::vector<int>& ms, const Options& 
         a.gbps, a.weight_gbps, a.tflops, b.us, b.gbps, b.tflops, b.us / a.us);
     std::fflush(stdout);
 
-    if (opt.configs && G == 1) {
+    if (opt.configs) {
       for (int cfg = 0; cfg < dc::gemm_testing::config_count(); ++cfg) {
         if (!dc::gemm_testing::config_runs_as_is(cfg, N, K)) continue;
         const Measure f = measure(time_launches(stream, ours(cfg)), weight_bytes, other_bytes, flops);
@@ -266,8 +276,14 @@ int main(int argc, char** argv) {
       opt.fp32_out = true;
     } else if (arg == "--configs") {
       opt.configs = true;
+    } else if (arg == "--ms" && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p;) {
+        opt.ms.push_back(std::atoi(p));
+        while (*p && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--fp32] [--configs]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--fp32] [--configs] [--ms M1,M2,...]\n", argv[0]);
       return 2;
     }
   }
@@ -286,11 +302,12 @@ int main(int argc, char** argv) {
 
   const std::vector<Shape> shapes = {
       {"1024x4096", 1024, 4096, 1},      {"32768x1024", 32768, 1024, 1}, {"512x4096", 512, 4096, 1},
-      {"1024x4096x8g", 1024, 4096, 8},   {"4096x8192", 4096, 8192, 1},   {"4096x2048", 4096, 2048, 1},
+      {"1024x4096x8g", 1024, 4096, 8},   {"4096x4096x32g", 4096, 4096, 32}, {"4096x8192", 4096, 8192, 1},   {"4096x2048", 4096, 2048, 1},
       {"4096x4096", 4096, 4096, 1},      {"8192x1024", 8192, 1024, 1},   {"129280x4096", 129280, 4096, 1},
   };
-  const std::vector<int> ms =
-      opt.quick ? std::vector<int>{1, 64, 4096} : std::vector<int>{1, 8, 64, 256, 512, 4096, 32768};
+  const std::vector<int> ms = !opt.ms.empty() ? opt.ms
+                              : opt.quick   ? std::vector<int>{1, 64, 4096}
+                                            : std::vector<int>{1, 8, 64, 256, 512, 4096, 32768};
   for (const Shape& shape : shapes) bench_shape(shape, ms, opt, cublas, stream);
 
   CUBLAS_CHECK(cublasDestroy(cublas));

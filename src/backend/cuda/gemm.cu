@@ -113,12 +113,13 @@ using CfgM128N256K64 = TileConfig<128, 256, 64, 2, 4, 4, 1, SliceReduction::kNon
 
 enum ConfigId {
   kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kM128N256Fold, kM16N32K256, kM16N32S4, kM64N64K128,
-  kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kNumConfigs
+  kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kWgmmaM64Cluster2, kNumConfigs
 };
 constexpr const char* kConfigNames[kNumConfigs] = {
     "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
     "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64",
-    "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster"};
+    "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster",
+    "wgmma_tma_m64n128_cluster_2cta"};
 
 struct GemmParams {
   const bf16* x;                     // [rows, K]
@@ -467,7 +468,7 @@ int legal_config(int config, const SlicePlan& plan, bool tma) {
   if (config == kWgmmaN256 && plan.num_slices > 1) config = kWgmmaN128;
   if (config == kWgmmaN128 && !tma) return plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   if (config == kWgmmaN256 && !tma) return kM128N256;
-  if (config == kWgmmaM64Cluster && !tma) return kM64N64;
+  if ((config == kWgmmaM64Cluster || config == kWgmmaM64Cluster2) && !tma) return kM64N64;
   if (plan.num_slices > 1 && config == kM128N128) return kM128N128Fold;
   if (plan.num_slices > 1 && (config == kM128N256 || config == kM128N256K64)) return kM128N256Fold;
   return config;
@@ -488,9 +489,10 @@ void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_row
   pr.slice_ktiles = plan.slice_chunks / 4;
   pr.num_slices = plan.num_slices;
   wgmma_path::run(pr,
-                  config == kWgmmaN256   ? wgmma_path::Tile::kM128N256
-                  : config == kWgmmaN128 ? wgmma_path::Tile::kM128N128Fold
-                                         : wgmma_path::Tile::kM64N128Cluster,
+                  config == kWgmmaN256          ? wgmma_path::Tile::kM128N256
+                  : config == kWgmmaN128        ? wgmma_path::Tile::kM128N128Fold
+                  : config == kWgmmaM64Cluster2 ? wgmma_path::Tile::kM64N128ClusterTwoPerSm
+                                                : wgmma_path::Tile::kM64N128Cluster,
                   stream);
 }
 
@@ -537,7 +539,9 @@ void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, Ou
 
 int config_rows(int config) {
   return config == kM16N32 || config == kM16N32K256 || config == kM16N32S4       ? 16
-         : config == kM64N64 || config == kM64N64K128 || config == kWgmmaM64Cluster ? 64
+         : config == kM64N64 || config == kM64N64K128 || config == kWgmmaM64Cluster ||
+                   config == kWgmmaM64Cluster2
+               ? 64
                                                                                    : 128;
 }
 

@@ -46,7 +46,7 @@ enum class Mode { kFold, kNone, kCluster };
 
 // kConsumers warpgroups, consumer c owning x rows [64 c, 64 c + 64) of the tile and all BN columns
 // (BN / 128 n128 instructions per k16 step); one producer warpgroup (a single thread issues TMA).
-template <int kConsumers_, int BN_, Mode kMode_>
+template <int kConsumers_, int BN_, Mode kMode_, int kSmemBudgetKB = 200>
 struct Config {
   static constexpr int kConsumers = kConsumers_, BN = BN_, BM = 64 * kConsumers;
   static constexpr Mode kMode = kMode_;
@@ -54,7 +54,7 @@ struct Config {
   static constexpr int kNB = BN / 128;
   static constexpr int kATileBytes = BM * kTileK * 2, kBTileBytes = BN * kTileK * 2;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kStages = (200 * 1024) / kStageBytes;
+  static constexpr int kStages = (kSmemBudgetKB * 1024) / kStageBytes;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kPartialStride = BN + 8;  // floats; +8 keeps the float2 stores conflict-free
   static constexpr int kPartialBytes = kMode == Mode::kCluster ? BM * kPartialStride * 4 : 0;
@@ -67,6 +67,8 @@ struct Config {
 using CfgM128N128Fold = Config<2, 128, Mode::kFold>;
 using CfgM128N256 = Config<2, 256, Mode::kNone>;
 using CfgM64N128Cluster = Config<1, 128, Mode::kCluster>;
+// Half the stages (4 x 24 KB), two CTAs per SM: one CTA's pipeline fill overlaps the other's stream.
+using CfgM64N128ClusterTwoPerSm = Config<1, 128, Mode::kCluster, 100>;
 
 struct Params {
   const int* row_offsets;  // grouped: [G + 1]
@@ -461,6 +463,7 @@ void run(const Problem& pr, Tile tile, cudaStream_t stream) {
     case Tile::kM128N128Fold: run_config<CfgM128N128Fold>(pr, stream); break;
     case Tile::kM128N256: run_config<CfgM128N256>(pr, stream); break;
     case Tile::kM64N128Cluster: run_config<CfgM64N128Cluster>(pr, stream); break;
+    case Tile::kM64N128ClusterTwoPerSm: run_config<CfgM64N128ClusterTwoPerSm>(pr, stream); break;
   }
 }
 

@@ -37,6 +37,7 @@ enum class Tile {
   kM128N128Fold,    // 128 x 128, one CTA runs every slice and folds them in registers (large M)
   kM128N256,        // 128 x 256, num_slices == 1 only (large M)
   kM64N128Cluster,  // 64 x 128, the S CTAs of a cluster run one slice each, DSMEM sum (small and mid M)
+  kM64N128ClusterTwoPerSm,  // the same with 4 stages, two CTAs per SM
 };
 // Asynchronous on `stream`; grouped calls launch max_rows / BM + G row-tile slots.
 void run(const Problem& problem, Tile tile, cudaStream_t stream);
