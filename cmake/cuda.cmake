@@ -67,7 +67,8 @@ deepinfer_cuda_part(deepinfer_cuda_kv_fp8 src/backend/cuda/kv_fp8.cu)
 target_link_libraries(deepinfer_cuda_kv_fp8 PUBLIC deepinfer_cuda_attention)
 # Block-scaled FP8 GEMMs (FP8 / FP4 checkpoint weights, release numerics) and the FP8 activation
 # quantizer. Tested and benchmarked on their own; not yet called by CudaModel (docs/cuda.md).
-deepinfer_cuda_part(deepinfer_cuda_fp8_gemm src/backend/cuda/fp8_gemm.cu)
+deepinfer_cuda_part(deepinfer_cuda_fp8_gemm src/backend/cuda/fp8_gemm.cu src/backend/cuda/fp8_wgmma.cu)
+set_target_properties(deepinfer_cuda_fp8_gemm PROPERTIES CUDA_ARCHITECTURES 90a)  # fp8_wgmma.cu: wgmma
 
 # The V4 forward on the GPU (device weights, device state cache, step orchestration).
 deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/v4_kernels.cu

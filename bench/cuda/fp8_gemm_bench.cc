@@ -198,6 +198,18 @@ int main(int argc, char** argv) {
           print(fp4 ? "fp4" : "fp8", M, N, K, 0, us, bytes,
                 config < 0 ? "auto" : f8::testing::config_name(config));
         }
+        // The TMA + wgmma family (FP8 weights, K % 128 == 0): automatic tile, then each tile with --configs.
+        if (!fp4 && K % 128 == 0) {
+          const int tma_configs = configs ? f8::tma::testing::config_count() : 0;
+          for (int config = -1; config < tma_configs; ++config) {
+            const auto launch = [&](int i) {
+              f8::tma::testing::gemm_with_config(config, a, sa, M, K, static_cast<const uint8_t*>(w.codes[i]),
+                                                 static_cast<const float*>(w.scales[i]), N, y, !fp32_out, g_stream);
+            };
+            const double us = time_us(launch, copies);
+            print("fp8_tma", M, N, K, 0, us, bytes, config < 0 ? "auto" : f8::tma::testing::config_name(config));
+          }
+        }
       }
     }
   }

@@ -454,5 +454,80 @@ TEST(Fp8Quantize, Fp32InputMatchesTheCpuRoundTripBitwise) {
   EXPECT_EQ(failures, 0);
 }
 
+// --- The TMA + wgmma family (fp8_gemm.h `tma`): FP8 weights on native FP8 tensor cores. -----------
+// Against the exact product with the same bound (the FP8 tensor core's own accumulation inside a
+// block is the one inexact step, as above); its tiles bitwise equal to each other and a row alone
+// equal to the same row in a big batch. Not compared bitwise with the mma.sync family (different
+// tensor-core paths, see fp8_gemm.h).
+std::vector<float> run_tma(const Problem& p, const DeviceProblem& d, int config, int M_override = -1, int row0 = 0) {
+  const int M = M_override >= 0 ? M_override : p.M;
+  DeviceArray<float> y(static_cast<size_t>(M) * p.N);
+  const bool ran = tma::testing::gemm_with_config(config, d.a.get() + static_cast<size_t>(row0) * p.K,
+                                                  d.sa.get() + static_cast<size_t>(row0) * p.KB(), M, p.K, d.w.get(),
+                                                  d.sw.get(), p.N, y.get(), false, nullptr);
+  EXPECT_TRUE(ran) << "the TMA FP8 GEMM refused M " << M << " N " << p.N << " K " << p.K << " on this device";
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return y.download();
+}
+
+TEST(Fp8GemmTma, EveryTileMatchesTheReferenceAndTheOthersBitwise) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  double worst = 0.0;
+  for (const Shape& s : {Shape{1, 256, 1024}, Shape{37, 130, 2048}, Shape{200, 384, 512}, Shape{9, 4096, 4096},
+                         Shape{129, 1024, 256}}) {
+    const Problem p = random_problem(false, s.M, s.N, s.K, 501 + s.N + s.K);
+    const DeviceProblem d(p);
+    const std::vector<float> want = run_tma(p, d, -1);
+    worst = std::max(worst, check_against_reference(p, want, false, std::max(1, s.M / 8)));
+    for (int config = 0; config < tma::testing::config_count(); ++config)
+      EXPECT_TRUE(bitwise_equal(run_tma(p, d, config), want))
+          << tma::testing::config_name(config) << " M " << s.M << " N " << s.N << " K " << s.K << " slices "
+          << tma::testing::slice_count(s.N, s.K);
+  }
+  std::printf("[fp8_gemm] tma fp8: max |y - ref| / sum|terms| = %.3g (bound %.0e)\n", worst, kTol);
+}
+
+TEST(Fp8GemmTma, RowsOfABigBatchEqualTheRowAlone) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const Shape& s : {Shape{700, 4096, 1024}, Shape{300, 512, 2048}}) {
+    const Problem p = random_problem(false, s.M, s.N, s.K, 61 + s.M);
+    const DeviceProblem d(p);
+    const std::vector<float> big = run_tma(p, d, -1);
+    for (int row : {0, 1, 63, 64, s.M / 2, s.M - 1}) {
+      const std::vector<float> small = run_tma(p, d, -1, 1, row);
+      const std::vector<float> want(big.begin() + static_cast<size_t>(row) * s.N,
+                                    big.begin() + static_cast<size_t>(row + 1) * s.N);
+      EXPECT_TRUE(bitwise_equal(small, want)) << "M " << s.M << " N " << s.N << " row " << row;
+    }
+  }
+}
+
+TEST(Fp8GemmTma, Bf16OutputIsTheRoundedFp32Output) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const Problem p = random_problem(false, 70, 256, 1024, 9);
+  const DeviceProblem d(p);
+  const std::vector<float> f32 = run_tma(p, d, -1);
+  DeviceArray<uint16_t> y(static_cast<size_t>(p.M) * p.N);
+  EXPECT_TRUE(tma::gemm_fp8(d.a.get(), d.sa.get(), p.M, p.K, d.w.get(), d.sw.get(), p.N,
+                            reinterpret_cast<bf16*>(y.get()), nullptr));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> got = y.download();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const __nv_bfloat16 want = __float2bfloat16_rn(f32[i]);
+    uint16_t want_bits;
+    std::memcpy(&want_bits, &want, 2);
+    ASSERT_EQ(got[i], want_bits) << "element " << i;
+  }
+}
+
+TEST(Fp8GemmTma, RefusesWhatItCannotRun) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const Problem p = random_problem(false, 4, 256, 1056, 3);  // K % 128 != 0
+  const DeviceProblem d(p);
+  DeviceArray<float> y(static_cast<size_t>(p.M) * p.N);
+  EXPECT_FALSE(tma::gemm_fp8(d.a.get(), d.sa.get(), p.M, p.K, d.w.get(), d.sw.get(), p.N, y.get(), nullptr));
+}
+
 }  // namespace
 }  // namespace deepinfer::backend::cuda::fp8

@@ -83,4 +83,24 @@ void grouped_gemm_with_config(int config, bool fp4, const uint8_t* codes_a, cons
                               const float* const* w_scales, int N, void* y, bool bf16_out, cudaStream_t stream);
 }  // namespace testing
 
+// FP8 weights on Hopper's native FP8 tensor cores (TMA + wgmma m64n128k32 e4m3, sm_90a). The math
+// above for FP8 weights, with P_b the wgmma's sum over the block: NOT bitwise the mma.sync functions'
+// P_b (ptxas runs those on f16 tensor cores), so one model uses one family for every M. Batch
+// invariant within the family: slices of whole blocks chosen from (N, K) only, every tile the same
+// sequence per element. Needs K % 128 == 0, 16-byte aligned codes, an sm_90 device; returns false
+// (and launches nothing) where it cannot run.
+namespace tma {
+bool gemm_fp8(const uint8_t* codes_a, const float* scales_a, int M, int K, const uint8_t* w_codes,
+              const float* w_scales, int N, float* y, cudaStream_t stream);
+bool gemm_fp8(const uint8_t* codes_a, const float* scales_a, int M, int K, const uint8_t* w_codes,
+              const float* w_scales, int N, bf16* y, cudaStream_t stream);
+namespace testing {
+int config_count();
+const char* config_name(int config);
+int slice_count(int N, int K);
+bool gemm_with_config(int config, const uint8_t* codes_a, const float* scales_a, int M, int K, const uint8_t* w,
+                      const float* w_scales, int N, void* y, bool bf16_out, cudaStream_t stream);
+}  // namespace testing
+}  // namespace tma
+
 }  // namespace deepinfer::backend::cuda::fp8
