@@ -66,7 +66,7 @@ deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu)
 deepinfer_cuda_part(deepinfer_cuda_kv_fp8 src/backend/cuda/kv_fp8.cu)
 target_link_libraries(deepinfer_cuda_kv_fp8 PUBLIC deepinfer_cuda_attention)
 # Block-scaled FP8 GEMMs (FP8 / FP4 checkpoint weights, release numerics) and the FP8 activation
-# quantizer. Tested and benchmarked on their own; not yet called by CudaModel (docs/cuda.md).
+# quantizer; the TMA + wgmma FP8 GEMM (fp8_wgmma.cu) runs release numerics with CudaModelOptions::fp8_gemm.
 deepinfer_cuda_part(deepinfer_cuda_fp8_gemm src/backend/cuda/fp8_gemm.cu src/backend/cuda/fp8_wgmma.cu)
 set_target_properties(deepinfer_cuda_fp8_gemm PROPERTIES CUDA_ARCHITECTURES 90a)  # fp8_wgmma.cu: wgmma
 
@@ -74,7 +74,7 @@ set_target_properties(deepinfer_cuda_fp8_gemm PROPERTIES CUDA_ARCHITECTURES 90a)
 deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/v4_kernels.cu
                     src/backend/cuda/release_kernels.cu)
 target_link_libraries(deepinfer_backend_cuda PUBLIC deepinfer_cuda_gemm deepinfer_cuda_attention deepinfer_cuda_ops
-                                                    deepinfer_cuda_kv_fp8 deepinfer_model)
+                                                    deepinfer_cuda_kv_fp8 deepinfer_cuda_fp8_gemm deepinfer_model)
 
 # The engine can run its steps on the GPU (EngineOptions::device = "cuda").
 if(TARGET deepinfer_engine)

@@ -355,11 +355,50 @@ void make_fp8_checkpoint(ModelWeights& w) {
 // a 1/16 step), so the bound is the model's own amplification of a one-ulp nudge, measured on the
 // CPU in the same test; the GPU's remaining differences are summation orders and its bf16
 // attention probabilities.
+// The released checkpoints' FP8 layout instead: one power-of-two scale per 128 x 128 block (what
+// CudaModelOptions::fp8_gemm recovers), on the same projections.
+void make_fp8_block_checkpoint(ModelWeights& w) {
+  auto q = [](model::Matrix& m) {
+    for (int r0 = 0; r0 < m.rows; r0 += 128)
+      for (int c0 = 0; c0 < m.cols; c0 += 128) {
+        const int r1 = std::min(m.rows, r0 + 128), c1 = std::min(m.cols, c0 + 128);
+        float amax = 0.0f;
+        for (int r = r0; r < r1; ++r)
+          for (int k = c0; k < c1; ++k) amax = std::max(amax, std::fabs(m.data[static_cast<size_t>(r) * m.cols + k]));
+        const float scale = model::pow2_ceil_scale(std::max(amax, 1e-4f), 1.0f / 448.0f);
+        for (int r = r0; r < r1; ++r)
+          for (int k = c0; k < c1; ++k) {
+            float& v = m.data[static_cast<size_t>(r) * m.cols + k];
+            v = model::round_e4m3(v / scale) * scale;
+          }
+      }
+    m.quantized = true;
+  };
+  for (model::LayerWeights& L : w.layers) {
+    q(L.wq_a);
+    q(L.wq_b);
+    q(L.wkv);
+    q(L.wo_b);
+    if (L.has_indexer) q(L.indexer.wq_b);
+    for (model::ExpertWeights& e : L.experts) {
+      q(e.w1);
+      q(e.w2);
+      q(e.w3);
+    }
+    q(L.shared.w1);
+    q(L.shared.w2);
+    q(L.shared.w3);
+  }
+}
+
 void release_vs_cpu(const ModelConfig& c, uint64_t seed, int tokens, size_t chunk, int blocks, const char* what,
-                    model::KvCacheDtype kv = model::KvCacheDtype::kBF16) {
+                    model::KvCacheDtype kv = model::KvCacheDtype::kBF16, bool fp8_gemm = false) {
   ModelWeights w = model::default_model_weights(c, seed);
   round_gemm_weights_to_bf16(w);
-  make_fp8_checkpoint(w);
+  if (fp8_gemm)
+    make_fp8_block_checkpoint(w);
+  else
+    make_fp8_checkpoint(w);
   const std::vector<int32_t> seq = random_tokens(tokens, c.vocab_size, 17);
   const auto R = model::Numerics::kRelease;
   const std::vector<float> want = cpu_logits(c, w, seq, chunk, blocks, false, R, false, kv);
@@ -368,13 +407,24 @@ void release_vs_cpu(const ModelConfig& c, uint64_t seed, int tokens, size_t chun
   opt.num_blocks = blocks;
   opt.max_logit_rows = tokens;
   opt.kv_cache_dtype = kv;
+  opt.fp8_gemm = fp8_gemm;
   auto gpu = CudaModel::create(c, w, R, opt);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-  const Diff d = compare(gpu_logits(**gpu, seq, chunk, 0, blocks), want, c.vocab_size);
+  const std::vector<float> got = gpu_logits(**gpu, seq, chunk, 0, blocks);
+  const Diff d = compare(got, want, c.vocab_size);
   report("CPU release with a one-ulp nudge vs CPU release (the model's own sensitivity)", noise);
   report(what, d);
   EXPECT_LT(d.rel_rms, 1.5 * noise.rel_rms + 1e-3);
   EXPECT_GE(d.argmax_equal, noise.argmax_equal - d.rows / 20);
+  if (fp8_gemm) {  // the FP8 tensor cores really ran: their block sums are not the bf16 path's
+    opt.fp8_gemm = false;
+    auto bf16_path = CudaModel::create(c, w, R, opt);
+    ASSERT_TRUE(bf16_path.is_ok()) << bf16_path.status().to_string();
+    const std::vector<float> other = gpu_logits(**bf16_path, seq, chunk, 0, blocks);
+    ASSERT_EQ(other.size(), got.size());
+    EXPECT_NE(std::memcmp(other.data(), got.data(), got.size() * sizeof(float)), 0);
+    report("GPU release, FP8 tensor cores vs the bf16 path", compare(got, other, c.vocab_size));
+  }
 }
 
 TEST(CudaModel, ReleaseNumericsMatchTheCpuBackend) {
@@ -386,6 +436,35 @@ TEST(CudaModel, ReleaseNumericsMatchTheCpuBackendAtRealDimensions) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ModelConfig c = v4_flash_dims_two_layers();
   release_vs_cpu(c, 77, 300, 100, 2, "GPU release vs CPU release (V4-Flash dims, FP8 weights, 300 tokens)");
+}
+
+// Release numerics with the FP8-weight projections on the FP8 tensor cores (fp8_gemm): as close to
+// the CPU as the bf16 path, and still batch invariant (prefill == chunks == token-by-token decode).
+TEST(CudaModel, Fp8GemmReleaseMatchesTheCpuBackendAtRealDimensions) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  release_vs_cpu(v4_flash_dims_two_layers(), 77, 300, 100, 2,
+                 "GPU release on FP8 tensor cores vs CPU release (V4-Flash dims, 128x128-block FP8 weights)",
+                 model::KvCacheDtype::kBF16, true);
+}
+
+TEST(CudaModel, Fp8GemmKeepsPrefillChunkedAndDecodeBitwiseEqual) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  ModelConfig c = v4_flash_dims_two_layers();
+  c.index_topk = 16;
+  ModelWeights w = model::default_model_weights(c, 98);
+  make_fp8_block_checkpoint(w);
+  CudaModelOptions opt;
+  opt.num_blocks = 2;
+  opt.fp8_gemm = true;
+  auto gpu = CudaModel::create(c, w, model::Numerics::kRelease, opt);
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+  const std::vector<int32_t> seq = random_tokens(120, c.vocab_size, 4);
+  const std::vector<float> whole = gpu_logits(**gpu, seq, 0, 0, opt.num_blocks);
+  for (size_t chunk : {1u, 7u, 32u}) {
+    const std::vector<float> parts = gpu_logits(**gpu, seq, chunk, 0, opt.num_blocks);
+    ASSERT_EQ(parts.size(), whole.size());
+    EXPECT_EQ(std::memcmp(parts.data(), whole.data(), whole.size() * 4), 0) << "chunk " << chunk;
+  }
 }
 
 // The FP8 KV cache (FP8 KV rows, FP4 indexer keys) on the GPU: encoded as the CPU encodes them and

@@ -24,11 +24,13 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kv_fp8.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/release_kernels.h"
 #include "backend/cuda/v4_kernels.h"
+#include "model/numerics.h"
 
 namespace deepinfer::backend::cuda {
 
@@ -76,6 +78,10 @@ struct DevMatrix {
   bf16* w = nullptr;
   int rows = 0, cols = 0;
   bool quantized = false;  // FP8/FP4 in the checkpoint: release numerics quantize its input to FP8
+  // FP8 form for the FP8 tensor cores (CudaModelOptions::fp8_gemm): e4m3 codes [rows, cols] and
+  // scales [ceil(rows / 128), cols / 128]; null when the bf16 path runs this projection.
+  uint8_t* fp8 = nullptr;
+  float* fp8_scales = nullptr;
 };
 
 struct DevCompressor {
@@ -165,6 +171,8 @@ struct CudaModel::Impl {
   float *X = nullptr, *collapsed = nullptr, *post = nullptr, *comb = nullptr, *sub_out = nullptr;
   bf16* normed = nullptr;
   bf16* xq = nullptr;  // release: a GEMM input rounded through FP8 (blocks of 128)
+  uint8_t* act_fp8 = nullptr;  // fp8_gemm: a GEMM input as e4m3 codes [T, K] ...
+  float* act_fp8_scales = nullptr;  // ... and its per-128 scales [T, K / 128]
   float *qr = nullptr, *q = nullptr, *kv = nullptr, *o = nullptr, *zo = nullptr;
   bf16 *qr_bf = nullptr, *q_bf = nullptr, *kv_bf = nullptr, *og = nullptr, *zo_bf = nullptr;
   float *comp_ab = nullptr, *fresh = nullptr;
@@ -221,6 +229,8 @@ struct CudaModel::Impl {
 
   Status allocate();
   Status upload(const model::ModelWeights& w);
+  // CudaModelOptions::fp8_gemm: the FP8 forms of the FP8-checkpoint projections (after upload).
+  Status upload_fp8_forms(const model::ModelWeights& w);
   Status randomize(uint64_t seed);
   Status allocate_cache_and_work();
   Status forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out, std::vector<GreedyToken>* greedy_out);
@@ -368,7 +378,80 @@ Status put_compressor(const DevCompressor& d, const model::CompressorWeights& w)
   return put_f32(d.norm, w.norm);
 }
 
+// The e4m3 code of q, which must be an e4m3 value (|q| <= 448, 3 mantissa bits or a multiple of
+// 2^-9 below 2^-6); -0 keeps its sign.
+uint8_t e4m3_code_of(float q) {
+  const uint8_t sign = std::signbit(q) ? 0x80 : 0x00;
+  const float a = std::fabs(q);
+  if (a == 0.0f) return sign;
+  int e = 0;
+  const float f = std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  const int exponent = e - 1;         // a = (2 f) * 2^exponent, 2 f in [1, 2)
+  if (exponent < -6) return static_cast<uint8_t>(sign | static_cast<int>(std::ldexp(a, 9)));  // subnormal
+  const int mantissa = static_cast<int>((2.0f * f - 1.0f) * 8.0f);
+  return static_cast<uint8_t>(sign | ((exponent + 7) << 3) | mantissa);
+}
+
+// The FP8 form of a weight the checkpoint stored as FP8, from its exactly dequantized fp32 values:
+// per 128 x 128 block the smallest power-of-two scale that fits the block's largest magnitude in
+// e4m3 (model::pow2_ceil_scale; never above the checkpoint's own scale, so value / scale stays an
+// e4m3 value: multiplying an e4m3 value by 2^k, k >= 0, within +-448 keeps it one). Every value is
+// checked to round-trip exactly; false (no FP8 form) otherwise, or when cols % 128 != 0.
+bool fp8_form(const std::vector<float>& data, int rows, int cols, std::vector<uint8_t>* codes,
+              std::vector<float>* scales) {
+  if (cols <= 0 || rows <= 0 || cols % 128 != 0) return false;
+  const int nb = (rows + 127) / 128, kb = cols / 128;
+  codes->assign(static_cast<size_t>(rows) * cols, 0);
+  scales->assign(static_cast<size_t>(nb) * kb, 1.0f);
+  for (int bi = 0; bi < nb; ++bi)
+    for (int bk = 0; bk < kb; ++bk) {
+      const int r0 = bi * 128, r1 = std::min(rows, r0 + 128), c0 = bk * 128;
+      float amax = 0.0f;
+      for (int r = r0; r < r1; ++r)
+        for (int k = c0; k < c0 + 128; ++k) amax = std::max(amax, std::fabs(data[static_cast<size_t>(r) * cols + k]));
+      if (!std::isfinite(amax)) return false;
+      const float scale = amax > 0.0f ? model::pow2_ceil_scale(amax, 1.0f / 448.0f) : 1.0f;
+      (*scales)[static_cast<size_t>(bi) * kb + bk] = scale;
+      for (int r = r0; r < r1; ++r)
+        for (int k = c0; k < c0 + 128; ++k) {
+          const float v = data[static_cast<size_t>(r) * cols + k];
+          const float q = v / scale;  // exact: scale is a power of two
+          if (model::round_e4m3(q) != q || q * scale != v) return false;
+          (*codes)[static_cast<size_t>(r) * cols + k] = e4m3_code_of(q);
+        }
+    }
+  return true;
+}
+
 }  // namespace
+
+Status CudaModel::Impl::upload_fp8_forms(const model::ModelWeights& w) {
+  DeviceArena& A = weights_arena;
+  auto form = [&](DevMatrix& d, const std::vector<float>& data, bool quantized) -> Status {
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    if (!quantized || !fp8_form(data, d.rows, d.cols, &codes, &scales)) return Status::ok();  // bf16 path
+    DI_RETURN_IF_ERROR(A.alloc(&d.fp8, codes.size()));
+    DI_RETURN_IF_ERROR(A.alloc(&d.fp8_scales, scales.size()));
+    DI_CUDA_RETURN(cudaMemcpy(d.fp8, codes.data(), codes.size(), cudaMemcpyHostToDevice));
+    DI_CUDA_RETURN(cudaMemcpy(d.fp8_scales, scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return Status::ok();
+  };
+  for (int l = 0; l < config.num_layers; ++l) {
+    const model::LayerWeights& W = w.layers[l];
+    DevLayer& L = layers[l];
+    DI_RETURN_IF_ERROR(form(L.wq_a, W.wq_a.data, W.wq_a.quantized));
+    DI_RETURN_IF_ERROR(form(L.wq_b, W.wq_b.data, W.wq_b.quantized));
+    DI_RETURN_IF_ERROR(form(L.wkv, W.wkv.data, W.wkv.quantized));
+    DI_RETURN_IF_ERROR(form(L.wo_b, W.wo_b.data, W.wo_b.quantized));
+    if (L.has_indexer) DI_RETURN_IF_ERROR(form(L.index_wq_b, W.indexer.wq_b.data, W.indexer.wq_b.quantized));
+    std::vector<float> w13(W.shared.w1.data);
+    w13.insert(w13.end(), W.shared.w3.data.begin(), W.shared.w3.data.end());
+    DI_RETURN_IF_ERROR(form(L.shared_w13, w13, W.shared.w1.quantized && W.shared.w3.quantized));
+    DI_RETURN_IF_ERROR(form(L.shared_w2, W.shared.w2.data, W.shared.w2.quantized));
+  }
+  return Status::ok();
+}
 
 Status CudaModel::Impl::upload(const model::ModelWeights& w) {
   const ModelConfig& c = config;
@@ -516,7 +599,12 @@ Status CudaModel::Impl::allocate_cache_and_work() {
                                                         c.hc_mult, c.hidden_size, false) / sizeof(float)));
   DI_RETURN_IF_ERROR(A.alloc(&sub_out, T * D));
   DI_RETURN_IF_ERROR(A.alloc(&normed, T * D));
-  DI_RETURN_IF_ERROR(A.alloc(&xq, T * std::max({D, G * R, static_cast<size_t>(c.q_lora_rank), inter_s})));
+  const size_t max_k = std::max({D, G * R, static_cast<size_t>(c.q_lora_rank), inter_s});
+  DI_RETURN_IF_ERROR(A.alloc(&xq, T * max_k));
+  if (opt.fp8_gemm) {
+    DI_RETURN_IF_ERROR(A.alloc(&act_fp8, T * max_k));
+    DI_RETURN_IF_ERROR(A.alloc(&act_fp8_scales, T * ((max_k + 127) / 128)));
+  }
   DI_RETURN_IF_ERROR(A.alloc(&qr, T * c.q_lora_rank));
   DI_RETURN_IF_ERROR(A.alloc(&qr_bf, T * c.q_lora_rank));
   DI_RETURN_IF_ERROR(A.alloc(&q, T * H * hd));
@@ -819,6 +907,16 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     fp8_round_trip_rows(x, M, K, xq, s);
     return xq;
   };
+  // y = x W^T for a projection: on the FP8 tensor cores when W has its FP8 form (release numerics,
+  // CudaModelOptions::fp8_gemm), else the bf16 GEMM on the FP8-rounded input (the same products).
+  // x may be overwritten (the FP8 path leaves it alone; qin writes xq).
+  auto proj = [&](const bf16* x, int M, int K, const DevMatrix& W, int N, float* y) {
+    if (rel && W.fp8 != nullptr) {
+      fp8::quantize_fp8_rows(x, M, K, act_fp8, act_fp8_scales, s);
+      if (fp8::tma::gemm_fp8(act_fp8, act_fp8_scales, M, K, W.fp8, W.fp8_scales, N, y, s)) return;
+    }
+    gemm(qin(x, M, K, W), M, K, W.w, N, y, s);
+  };
   embed(d_tokens, T, embed_table, D, hc, X, s);
   rb(X, static_cast<size_t>(T) * hc * D);
   for (int l = 0; l < c.num_layers; ++l) {
@@ -835,10 +933,10 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     rb(collapsed, static_cast<size_t>(T) * D);
     rms_norm(collapsed, T, D, L.attn_norm, eps, nullptr, normed, s);
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
-    gemm(qin(normed, T, D, L.wq_a), T, D, L.wq_a.w, c.q_lora_rank, qr, s);
+    proj(normed, T, D, L.wq_a, c.q_lora_rank, qr);
     rb(qr, static_cast<size_t>(T) * c.q_lora_rank);
     rms_norm(qr, T, c.q_lora_rank, L.q_norm, eps, nullptr, qr_bf, s);
-    gemm(qin(qr_bf, T, c.q_lora_rank, L.wq_b), T, c.q_lora_rank, L.wq_b.w, H * hd, q, s);
+    proj(qr_bf, T, c.q_lora_rank, L.wq_b, H * hd, q);
     if (rel) {
       round_bf16(q, static_cast<size_t>(T) * H * hd, s);
       q_head_norm_release(q, T * H, hd, eps, s);
@@ -848,7 +946,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     rope(q, T, H, hd, st.pos, rope_t, rd, rope_f, false, s);
     to_bf16(q, static_cast<size_t>(T) * H * hd, q_bf, s);
     // The shared KV head.
-    gemm(qin(normed, T, D, L.wkv), T, D, L.wkv.w, hd, kv, s);
+    proj(normed, T, D, L.wkv, hd, kv);
     rb(kv, static_cast<size_t>(T) * hd);
     rms_norm(kv, T, hd, L.kv_norm, eps, kv, nullptr, s);
     rb(kv, static_cast<size_t>(T) * hd);
@@ -903,7 +1001,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
         // Lightning indexer: keys from its own compressor, queries from qr, top-k per query.
         const int nI = c.index_n_heads, ih = c.index_head_dim;
         run_compressor(L.index_compressor, CL.index_compressor, cp, CL.index_keys, ih, true);
-        gemm(qin(qr_bf, T, c.q_lora_rank, L.index_wq_b), T, c.q_lora_rank, L.index_wq_b.w, nI * ih, qi, s);
+        proj(qr_bf, T, c.q_lora_rank, L.index_wq_b, nI * ih, qi);
         const size_t nq = static_cast<size_t>(T) * nI * ih;
         rb(qi, nq);
         rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, s);
@@ -966,7 +1064,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     split_groups(o, T, G, gw, og, s);
     grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo, s);
     merge_groups(zo, T, G, OR, zo_bf, s);
-    gemm(qin(zo_bf, T, G * OR, L.wo_b), T, G * OR, L.wo_b.w, D, sub_out, s);
+    proj(zo_bf, T, G * OR, L.wo_b, D, sub_out);
     rb(sub_out, static_cast<size_t>(T) * D);
     hc_post(X, sub_out, T, hc, D, post, comb, s);
     rb(X, static_cast<size_t>(T) * hc * D);
@@ -1007,11 +1105,15 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
       if (L.w2[0].quantized) fp8_round_trip_rows(h, T * K, inter, h, s);
       grouped_gemm_stacked(h, offsets, E, T * K, inter, L.w2[0].w, D, y, s);
       round_bf16(y, static_cast<size_t>(T) * K * D, s);
-      gemm(qin(normed, T, D, L.shared_w13), T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
+      proj(normed, T, D, L.shared_w13, 2 * inter_s, gu_s);
       round_bf16(gu_s, static_cast<size_t>(T) * 2 * inter_s, s);
       swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
-      if (L.shared_w2.quantized) fp8_round_trip_rows(h_s, T, inter_s, h_s, s);
-      gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
+      if (L.shared_w2.fp8 != nullptr) {
+        proj(h_s, T, inter_s, L.shared_w2, D, ys);
+      } else {
+        if (L.shared_w2.quantized) fp8_round_trip_rows(h_s, T, inter_s, h_s, s);
+        gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
+      }
       round_bf16(ys, static_cast<size_t>(T) * D, s);
       moe_combine(y, row_of, route_sel, nullptr, ys, T, K, D, sub_out, s);
       round_bf16(sub_out, static_cast<size_t>(T) * D, s);
@@ -1153,6 +1255,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config, 
   DI_RETURN_IF_ERROR(impl->allocate_cache_and_work());
   DI_RETURN_IF_ERROR(impl->allocate());
   DI_RETURN_IF_ERROR(impl->upload(weights));
+  if (impl->release && options.fp8_gemm) DI_RETURN_IF_ERROR(impl->upload_fp8_forms(weights));
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
 }
 

@@ -48,6 +48,11 @@ struct CudaModelOptions {
   // KV rows and indexer keys in the state cache: bfloat16, or fp8 (FP8 KV rows + FP4 indexer keys,
   // model/kv_format.h, byte for byte the CPU backend's layout). float32 is CPU-only.
   model::KvCacheDtype kv_cache_dtype = model::KvCacheDtype::kBF16;
+  // Release numerics: projections whose checkpoint weight was FP8 run on the FP8 tensor cores
+  // (fp8_gemm.h `tma`: e4m3 codes + one power-of-two scale per 128 x 128 block, activations
+  // quantized per 128 values) instead of bf16 GEMMs on FP8-rounded inputs. Same products, another
+  // summation (the tensor core's within each block); half the weight bytes. Off: the bf16 path.
+  bool fp8_gemm = false;
 };
 
 // A logits row's greedy token, computed on the GPU (ops.h greedy_rows): argmax (lowest id on ties)

@@ -316,11 +316,17 @@ CUtensorMap make_map(const uint8_t* base, long long rows, int K, int box_rows) {
 }
 
 bool device_is_sm90() {
-  int device = current_device(), major = 0, minor = 0;
-  const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+  static std::atomic<int> cache[kMaxCachedDevices];  // 0 unknown, 1 yes, 2 no
+  const int device = current_device();
+  const bool cached = device >= 0 && device < kMaxCachedDevices;
+  if (cached && cache[device].load(std::memory_order_relaxed) != 0) return cache[device].load() == 1;
+  int major = 0, minor = 0;
+  bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
   if (!ok) (void)cudaGetLastError();
-  return ok && major == 9 && minor == 0;
+  ok = ok && major == 9 && minor == 0;
+  if (cached) cache[device].store(ok ? 1 : 2, std::memory_order_relaxed);
+  return ok;
 }
 
 bool usable(const void* a, const void* w, int K, int N) {
