@@ -11,7 +11,7 @@
 // real context of C tokens would make it read, at a fraction of the set-up time.
 //
 // Usage: deepinfer_bench_model --config CONFIG.json [--batches 1,8,64,256] [--contexts 1024,32768]
-//        [--prefill 512,4096,32768] [--steps 20] [--profile 1]
+//        [--prefill 512,4096,32768] [--steps 20] [--profile 1] [--fp8-gemm 1]
 // --profile 1 brackets the last decode step of each (batch, context) and the last prefill with
 // cudaProfilerStart/Stop, for `ncu --profile-from-start off` (tools/gpu/profile.sh).
 #include <cuda_profiler_api.h>
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<int> batches = {1, 8, 64, 256}, contexts = {1024, 32768}, prefills = {512, 4096, 32768};
   int steps = 20;
-  bool profile = false;
+  bool profile = false, fp8_gemm = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--config") config_path = v;
@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
     else if (a == "--prefill") prefills = parse_list(v);
     else if (a == "--steps") steps = std::stoi(v);
     else if (a == "--profile") profile = std::stoi(v) != 0;
+    else if (a == "--fp8-gemm") fp8_gemm = std::stoi(v) != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -144,6 +145,7 @@ int main(int argc, char** argv) {
   opt.max_step_tokens = 8192;
   opt.max_logit_rows = std::max(max_batch, 1);
   opt.max_model_len = max_ctx;
+  opt.fp8_gemm = fp8_gemm;  // release numerics with the FP8-checkpoint projections on FP8 tensor cores
   const auto t0 = std::chrono::steady_clock::now();
   auto made = CudaModel::create_random(c, 1234, opt);
   if (!made.is_ok()) {
@@ -155,8 +157,8 @@ int main(int argc, char** argv) {
   double dense = 0, expert = 0;
   weight_bytes(c, &dense, &expert);
   std::printf("{\"kind\":\"model\",\"device_weight_bytes\":%zu,\"dense_bytes\":%.0f,\"expert_bytes\":%.0f,"
-              "\"setup_s\":%.2f,\"cache_pages\":%d,\"block_size\":%d}\n",
-              m.weight_bytes(), dense, expert, setup_s, opt.num_blocks, block);
+              "\"setup_s\":%.2f,\"cache_pages\":%d,\"block_size\":%d,\"fp8_gemm\":%d}\n",
+              m.weight_bytes(), dense, expert, setup_s, opt.num_blocks, block, fp8_gemm ? 1 : 0);
   std::fflush(stdout);
 
   // Decode.

@@ -573,6 +573,34 @@ Status CudaModel::Impl::randomize(uint64_t seed) {
     m(L.shared_w13);
     m(L.shared_w2);
   }
+  if (opt.fp8_gemm) {
+    // Benchmarks of the FP8 path: the projections a released checkpoint stores as FP8 get an FP8
+    // form quantized from their random bf16 values (codes per row and 128 k; the 128 x 128 block
+    // scales are set to the same magnitude, which only scales the result), and run release numerics.
+    DeviceArena& A = weights_arena;
+    auto form = [&](DevMatrix& d) -> Status {
+      if (d.cols % 128 != 0) return Status::ok();
+      const size_t kb = static_cast<size_t>(d.cols) / 128, nb = (static_cast<size_t>(d.rows) + 127) / 128;
+      float* row_scales = nullptr;
+      DI_RETURN_IF_ERROR(A.alloc(&d.fp8, static_cast<size_t>(d.rows) * d.cols));
+      DI_RETURN_IF_ERROR(A.alloc(&d.fp8_scales, nb * kb));
+      DI_RETURN_IF_ERROR(A.alloc(&row_scales, static_cast<size_t>(d.rows) * kb));
+      fp8::quantize_fp8_rows(d.w, d.rows, d.cols, d.fp8, row_scales, stream);
+      fill_uniform_f32(d.fp8_scales, nb * kb, ++stream_id, 0.0f, 1.0f / (448.0f * std::sqrt(static_cast<float>(d.cols))), stream);
+      d.quantized = true;
+      return Status::ok();
+    };
+    for (DevLayer& L : layers) {
+      DI_RETURN_IF_ERROR(form(L.wq_a));
+      DI_RETURN_IF_ERROR(form(L.wq_b));
+      DI_RETURN_IF_ERROR(form(L.wkv));
+      DI_RETURN_IF_ERROR(form(L.wo_b));
+      if (L.has_indexer) DI_RETURN_IF_ERROR(form(L.index_wq_b));
+      DI_RETURN_IF_ERROR(form(L.shared_w13));
+      DI_RETURN_IF_ERROR(form(L.shared_w2));
+    }
+    release = true;
+  }
   DI_CUDA_RETURN(cudaStreamSynchronize(stream));
   return cuda_status(cudaGetLastError(), "random weight initialisation");
 }
