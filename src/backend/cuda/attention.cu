@@ -58,6 +58,7 @@
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/kv_fp8.h"
 #include "backend/cuda/kv_fp8_device.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -242,6 +243,7 @@ struct AttnLayout {
 // compute as for bf16 rows holding the decoded values.
 template <int D, int kMTiles, bool kFp8>
 __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const SinkAttentionParams p) {
+  pdl_prologue();
   using L = AttnLayout<D, kMTiles>;
   constexpr int kHeads = L::kHeads;
   constexpr int kPitch = L::kPitch;
@@ -558,6 +560,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
 //   top = max(sink, m_i), den = 2^(sink - top) + sum_i l_i 2^(m_i - top), out = sum_i O_i 2^(m_i - top) / den.
 // Grid (tokens, H), 128 threads x 4 columns.
 __global__ void __launch_bounds__(128) sink_attention_combine_kernel(const SinkAttentionParams p, int d) {
+  pdl_prologue();
   const int token = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const SplitPlan plan = split_plan(p.row_begin[token + 1] - p.row_begin[token]);
   if (plan.splits <= 1 || plan.splits > p.max_splits) return;
@@ -643,6 +646,7 @@ struct IndexerLayout {
 // bf16 tile of the decoded keys would hold, and the compute is the same.
 template <int DIM, bool kFp4>
 __global__ void __launch_bounds__(kIdxThreads, DIM <= 128 ? 2 : 1) indexer_scores_kernel(const IndexerParams p) {
+  pdl_prologue();
   using L = IndexerLayout<DIM>;
   constexpr int kPitch = L::kPitch;
   constexpr int kChunksPerKey = DIM / 8;
@@ -1009,6 +1013,7 @@ __device__ void ordered_global_compaction(const float* s, int n, uint32_t thresh
 }
 
 __global__ void __launch_bounds__(kTopkThreads, 1) topk_kernel(const TopkParams p) {
+  pdl_prologue();
   extern __shared__ __align__(16) unsigned char smem[];
   int* hist = reinterpret_cast<int*>(smem);                                 // [kTopkBins]
   int* sel = hist + kTopkBins;                                              // [kTopkMaxK]

@@ -372,6 +372,31 @@ Status put_hyper(const DevHyperConn& d, const model::Matrix& fn, const std::vect
   std::copy(scale.begin(), scale.end(), s3.begin());
   return put_f32(d.scale, s3);
 }
+// Every kernel-to-kernel edge of a captured step becomes programmatic (pdl.cuh): the downstream
+// kernel may be scheduled once every block of the upstream one has started (and run its
+// pdl_prologue), and waits in its own prologue for the upstream kernel's completion and memory.
+// Edges from or to other nodes (copies) stay full dependencies. False if the graph could not be
+// rewritten (then it must not be used).
+bool make_kernel_edges_programmatic(cudaGraph_t graph) {
+  size_t n = 0;
+  if (cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n) != cudaSuccess) return false;
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  if (n > 0 && cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n) != cudaSuccess) return false;
+  for (size_t i = 0; i < n; ++i) {
+    cudaGraphNodeType a, b;
+    if (cudaGraphNodeGetType(from[i], &a) != cudaSuccess || cudaGraphNodeGetType(to[i], &b) != cudaSuccess) return false;
+    if (a != cudaGraphNodeTypeKernel || b != cudaGraphNodeTypeKernel || data[i].type != cudaGraphDependencyTypeDefault)
+      continue;
+    cudaGraphEdgeData programmatic = {};
+    programmatic.from_port = cudaGraphKernelNodePortProgrammatic;
+    programmatic.type = cudaGraphDependencyTypeProgrammatic;
+    if (cudaGraphRemoveDependencies(graph, &from[i], &to[i], &data[i], 1) != cudaSuccess) return false;
+    if (cudaGraphAddDependencies(graph, &from[i], &to[i], &programmatic, 1) != cudaSuccess) return false;
+  }
+  return true;
+}
+
 Status put_compressor(const DevCompressor& d, const model::CompressorWeights& w) {
   DI_RETURN_IF_ERROR(put_stacked(d.wkv_gate, w.wkv, w.wgate));
   DI_RETURN_IF_ERROR(put_f32(d.ape, w.ape));
@@ -1183,6 +1208,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
           enqueue();
           ok = cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr;
         }
+        ok = ok && make_kernel_edges_programmatic(graph);
         ok = ok && cudaGraphInstantiate(&g.exec, graph, 0) == cudaSuccess;
         if (graph) cudaGraphDestroy(graph);
         if (!ok) {  // run eagerly from now on; clear the capture's error state

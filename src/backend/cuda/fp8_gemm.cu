@@ -26,6 +26,7 @@
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/fp8_round.cuh"
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -184,6 +185,7 @@ struct Params {
 
 template <class Cfg, bool kFp4, class OutT, bool kGrouped>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kernel(const Params p) {
+  pdl_prologue();
   using L = Layout<Cfg, kFp4>;
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int BM = Cfg::BM, BN = Cfg::BN, kChunks = Cfg::kChunks, kBlocks = Cfg::kBlocks;
@@ -491,6 +493,7 @@ struct DecodeLayout {
 
 template <bool kFp4, class OutT, bool kGrouped>
 __global__ void __launch_bounds__(DecodeCfg::kThreads, 2) fp8_decode_kernel(const Params p) {
+  pdl_prologue();
   using C = DecodeCfg;
   using L = DecodeLayout<kFp4>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -750,6 +753,7 @@ __device__ inline float to_float(bf16 v) { return __bfloat162float(v); }
 
 template <class T>
 __global__ void quantize_kernel(const T* x, int M, int K, uint8_t* codes, float* scales) {
+  pdl_prologue();
   const int blocks_per_row = (K + kBlockK - 1) / kBlockK;
   const long long warp_index = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);

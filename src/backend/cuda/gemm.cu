@@ -27,6 +27,7 @@
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_testing.h"
 #include "backend/cuda/gemm_wgmma.h"
+#include "backend/cuda/pdl.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -138,6 +139,7 @@ struct GemmParams {
 // One CTA computes a BM x BN tile of y over one slice (cluster configs) or all slices of K.
 template <class Cfg, class OutT, bool kGrouped>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(const GemmParams p) {
+  pdl_prologue();
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int BM = Cfg::BM, BN = Cfg::BN, kChunks = Cfg::kChunksPerTile, kVecs = Cfg::kVecsPerRow;
   constexpr int kStages = Cfg::kStages, kThreads = Cfg::kThreads, kMmaM = Cfg::kMmaM, kMmaN = Cfg::kMmaN;

@@ -27,6 +27,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::wgmma_path {
 namespace {
@@ -242,6 +243,7 @@ template <class Cfg, class OutT, bool kGrouped>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                       const Params p) {
+  pdl_prologue();
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)p;
   __trap();  // built for a device without wgmma: usable() never selects this path there

@@ -16,6 +16,7 @@
 #include "backend/cuda/kv_fp8.h"
 #include "backend/cuda/fp8_round.cuh"
 #include "backend/cuda/kv_fp8_device.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(kEncodeThreads) encode_kv_fp8_kernel(const Src
                                                                         int dims, int rope_dims,
                                                                         uint8_t* const* dst_rows, uint8_t* dst,
                                                                         size_t dst_stride) {
+  pdl_prologue();
   const int row = static_cast<int>((blockIdx.x * static_cast<unsigned>(kEncodeThreads) + threadIdx.x) / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (row >= R) return;
@@ -135,6 +137,7 @@ template <class Src>
 __global__ void __launch_bounds__(kEncodeThreads) encode_index_fp4_kernel(const Src* src, size_t src_stride, int R,
                                                                            int dims, uint8_t* const* dst_rows,
                                                                            uint8_t* dst, size_t dst_stride) {
+  pdl_prologue();
   const int row = static_cast<int>((blockIdx.x * static_cast<unsigned>(kEncodeThreads) + threadIdx.x) / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (row >= R) return;
@@ -166,6 +169,7 @@ __global__ void __launch_bounds__(128) indexer_release_fp4_kernel(const bf16* q,
                                                                    int dim, const uint8_t* const* keys,
                                                                    const int* key_begin, const int* num_keys,
                                                                    float* score, int score_stride) {
+  pdl_prologue();
   const int t = static_cast<int>(blockIdx.y);
   const int w = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (w >= num_keys[t]) return;

@@ -25,16 +25,11 @@
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
 namespace {
-
-// Programmatic dependent launch: lets a grid launched with the PDL attribute after this one (the
-// dense GEMMs) start now; it still waits (griddepcontrol.wait) for this grid's writes.
-__device__ __forceinline__ void allow_dependent_launch() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
 
 namespace cg = cooperative_groups;
 
@@ -174,6 +169,7 @@ constexpr int kCopyThreads = 128;
 __global__ void __launch_bounds__(kCopyThreads)
     embed_kernel(const int32_t* __restrict__ tokens, const bf16* __restrict__ table, int D, int hc,
                  float* __restrict__ X, bool vec) {
+  pdl_prologue();
   const int t = static_cast<int>(blockIdx.x);
   const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   const int i = 8 * c;
@@ -205,7 +201,7 @@ constexpr int kRmsThreads = 256;  // part of the reduction order: fixed
 
 __global__ void __launch_bounds__(kRmsThreads)
     rms_norm_kernel(const float* x, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16, bool vec) {
-  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
+  pdl_prologue();
   __shared__ float scratch[kRmsThreads / 32];
   const size_t row = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(n);
   const float* xr = x + row;
@@ -241,6 +237,7 @@ constexpr int kRopeThreads = 128;
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* __restrict__ x, int heads, int head_dim, const int64_t* __restrict__ pos,
                 const float* __restrict__ inv_freq, int rope_dim, float attention_factor, bool inverse, bool vec) {
+  pdl_prologue();
   extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
   const int half = rope_dim / 2;
   const int m = static_cast<int>(blockIdx.x);
@@ -383,6 +380,7 @@ __device__ void sinkhorn_warp(const float* mix, const float* base, float scale, 
 
 template <int HC, int kMix, int kTokW, bool kHead>
 __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
+  pdl_prologue();
   constexpr int kVals = kMix + 1;  // per token: kMix dot products, then the sum of squares
   constexpr int kPadded = (kTokW * kVals + 31) / 32 * 32;
   extern __shared__ float4 fn_s[];  // [kMix][span]
@@ -450,6 +448,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
 
 template <int HC, int kMix, bool kHead>
 __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(HcArgs a) {
+  pdl_prologue();
   constexpr int kVals = kMix + 1;
   __shared__ float total[kVals];
   __shared__ float mixes[kMix];
@@ -501,6 +500,7 @@ template <int HC>
 __global__ void __launch_bounds__(kEltThreads)
     hc_post_kernel(float* X, const float* __restrict__ o, int D, const float* __restrict__ post,
                    const float* __restrict__ comb, bool vec) {
+  pdl_prologue();
   const int m = static_cast<int>(blockIdx.x);
   const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (c >= ceil_div(D, 4)) return;
@@ -537,7 +537,7 @@ void with_hc(int hc, F&& f) {
 __global__ void __launch_bounds__(kEltThreads)
     swiglu_kernel(const float* __restrict__ gu, int inter, float limit, const float* __restrict__ row_weight,
                   bf16* __restrict__ out, bool vec) {
-  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
+  pdl_prologue();
   const int m = static_cast<int>(blockIdx.x);
   const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (c >= ceil_div(inter, 4)) return;
@@ -567,6 +567,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
                      const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
                      const int32_t* __restrict__ tokens, float routed_scale, int* __restrict__ sel,
                      float* __restrict__ w) {
+  pdl_prologue();
   __shared__ float score_s[kRouteWarps][kMaxExperts];
   __shared__ float biased_s[kRouteWarps][kMaxExperts];
   __shared__ int pick_s[kRouteWarps][kMaxTopK];
@@ -655,6 +656,7 @@ __global__ void __launch_bounds__(kPermThreads)
     moe_permute_kernel(const int* __restrict__ sel, const float* __restrict__ w, int N, int K, int E,
                        int* __restrict__ row_offsets, int* __restrict__ perm_token, float* __restrict__ perm_weight,
                        int* __restrict__ row_of) {
+  pdl_prologue();
   __shared__ int count_part[kPermWarps][kExpertsPerCta + 1];
   __shared__ int start[kExpertsPerCta + 1];
   __shared__ int warp_count[kPermWarps][kExpertsPerCta];
@@ -738,6 +740,7 @@ __global__ void __launch_bounds__(kPermThreads)
 __global__ void __launch_bounds__(kCopyThreads)
     gather_rows_kernel(const bf16* __restrict__ src, const int* __restrict__ idx, int width, bf16* __restrict__ out,
                        bool vec) {
+  pdl_prologue();
   const int r = static_cast<int>(blockIdx.x);
   const int i = 8 * static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (i >= width) return;
@@ -755,6 +758,7 @@ __global__ void __launch_bounds__(kCopyThreads)
 __global__ void __launch_bounds__(kEltThreads)
     moe_combine_kernel(const float* __restrict__ y, const int* __restrict__ row_of, const int* __restrict__ sel,
                        const float* __restrict__ w, const float* shared, int K, int D, float* out, bool vec) {
+  pdl_prologue();
   __shared__ int order_row[kMaxTopK];
   __shared__ float order_w[kMaxTopK];
   const int t = static_cast<int>(blockIdx.x);
@@ -798,7 +802,7 @@ __global__ void __launch_bounds__(kEltThreads)
 
 __global__ void __launch_bounds__(kEltThreads)
     to_bf16_kernel(const float* __restrict__ x, size_t n, bf16* __restrict__ y, bool vec) {
-  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
+  pdl_prologue();
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t n4 = vec ? n / 4 : 0;
@@ -813,7 +817,7 @@ __device__ __forceinline__ float round_bf16_dev(float v) {
 }
 
 __global__ void __launch_bounds__(kEltThreads) round_bf16_kernel(float* __restrict__ x, size_t n, bool vec) {
-  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
+  pdl_prologue();
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t n4 = vec ? n / 4 : 0;
@@ -864,6 +868,7 @@ __device__ __forceinline__ ValId better(ValId a, ValId b) {
 
 __global__ void __launch_bounds__(kGreedyThreads)
     greedy_rows_kernel(const float* __restrict__ logits, int V, int32_t* token, float* logprob) {
+  pdl_prologue();
   __shared__ ValId warp_best[kGreedyThreads / 32];
   __shared__ float warp_sum_s[kGreedyThreads / 32];
   __shared__ ValId best_s;

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/release_kernels.h"
 #include "backend/cuda/fp8_round.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -13,6 +14,7 @@ __device__ inline float bf(float x) { return __bfloat162float(__float2bfloat16_r
 
 // One warp per 128-value block.
 __global__ void fp8_round_trip_kernel(const bf16* x, int M, int K, bf16* y) {
+  pdl_prologue();
   const int blocks_per_row = (K + 127) / 128;
   const int warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
   if (warp >= M * blocks_per_row) return;
@@ -32,6 +34,7 @@ __global__ void fp8_round_trip_kernel(const bf16* x, int M, int K, bf16* y) {
 
 // One warp per row; the sum of squares is sequential per lane then a fixed butterfly.
 __global__ void q_head_norm_kernel(float* x, int rows, int dim, float eps) {
+  pdl_prologue();
   const int warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
   if (warp >= rows) return;
   float* v = x + static_cast<size_t>(warp) * dim;
@@ -45,6 +48,7 @@ __global__ void q_head_norm_kernel(float* x, int rows, int dim, float eps) {
 
 // One block per row, the row in shared memory; butterflies in the CPU's order (h = 1, 2, 4, ...).
 __global__ void hadamard_kernel(float* x, int n, float scale) {
+  pdl_prologue();
   extern __shared__ float row[];
   float* v = x + static_cast<size_t>(blockIdx.x) * n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = v[i];
@@ -65,6 +69,7 @@ __global__ void hadamard_kernel(float* x, int n, float scale) {
 __global__ void indexer_release_kernel(const bf16* q, const float* weights, int heads, int dim,
                                        const bf16* const* keys, const int* key_begin, const int* num_keys,
                                        float* score, int score_stride) {
+  pdl_prologue();
   const int t = static_cast<int>(blockIdx.y);
   const int w = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (w >= num_keys[t]) return;

@@ -7,15 +7,10 @@
 #include <cstdint>
 
 #include "backend/cuda/v4_kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda {
 namespace {
-
-// Programmatic dependent launch: lets a grid launched with the PDL attribute after this one (the
-// dense GEMMs) start now; it still waits (griddepcontrol.wait) for this grid's writes.
-__device__ __forceinline__ void allow_dependent_launch() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
 
 inline unsigned blocks_for(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
@@ -55,6 +50,7 @@ struct WindowSource {
 // r == 0), then series B (or the whole width) of window r. Gates are re-read rather than kept in a
 // run-time indexed array, which would live in local memory.
 __global__ void compress_pool_kernel(StepView st, CompressorView cv, const NewRow* rows, float* out) {
+  pdl_prologue();
   const NewRow nr = rows[blockIdx.y];
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (nr.seq < 0 || c >= cv.head) return;
@@ -86,6 +82,7 @@ __global__ void compress_pool_kernel(StepView st, CompressorView cv, const NewRo
 
 // Series A (the first `head` columns) of each closing sequence's last closed window -> prev.
 __global__ void keep_series_a_kernel(StepView st, CompressorView cv, const int32_t* closed_seqs) {
+  pdl_prologue();
   if (closed_seqs[blockIdx.y] < 0) return;
   const SeqMeta sm = st.seqs[closed_seqs[blockIdx.y]];
   const WindowSource src{st, cv, sm};
@@ -103,6 +100,7 @@ __global__ void keep_series_a_kernel(StepView st, CompressorView cv, const int32
 
 // The chunk's tokens of a still-open window -> the slot buffer (gate + ape).
 __global__ void store_open_kernel(StepView st, CompressorView cv, const int32_t* open_tokens) {
+  pdl_prologue();
   const int t = open_tokens[blockIdx.y];
   if (t < 0) return;
   const SeqMeta sm = st.seqs[st.tok_seq[t]];
@@ -127,6 +125,7 @@ __device__ inline uint8_t* page_row(const StepView& st, const SeqMeta& sm, int64
 
 __global__ void store_page_rows_kernel(StepView st, const NewRow* rows, const float* src, int dims,
                                        size_t page_offset, int rows_per_page) {
+  pdl_prologue();
   const NewRow nr = rows[blockIdx.y];
   if (nr.seq < 0) return;
   const SeqMeta sm = st.seqs[nr.seq];
@@ -138,6 +137,7 @@ __global__ void store_page_rows_kernel(StepView st, const NewRow* rows, const fl
 __global__ void fill_attention_rows_kernel(StepView st, const int* row_begin, size_t ring_offset,
                                            const uint8_t* chunk_rows, size_t row_bytes, const int* selected, int topk,
                                            size_t page_offset, int rows_per_page, const void** rows) {
+  pdl_prologue();
   const int t = static_cast<int>(blockIdx.x);
   const SeqMeta sm = st.seqs[st.tok_seq[t]];
   const int64_t pos = st.pos[t];
@@ -162,6 +162,7 @@ __global__ void fill_attention_rows_kernel(StepView st, const int* row_begin, si
 
 __global__ void fill_key_rows_kernel(StepView st, const int* key_seq_begin, int ratio, size_t page_offset,
                                      int rows_per_page, size_t row_bytes, const void** keys) {
+  pdl_prologue();
   const int s = static_cast<int>(blockIdx.y);
   const SeqMeta sm = st.seqs[s];
   const int64_t total = (sm.start + sm.count) / ratio;
@@ -173,6 +174,7 @@ __global__ void fill_key_rows_kernel(StepView st, const int* key_seq_begin, int 
 template <class U>
 __global__ void store_ring_kernel(StepView st, const int32_t* tokens, const uint8_t* chunk_rows, size_t row_bytes,
                                   size_t ring_offset) {
+  pdl_prologue();
   const int t = tokens[blockIdx.x];
   const SeqMeta sm = st.seqs[st.tok_seq[t]];
   auto* dst = reinterpret_cast<U*>(st.slots + static_cast<size_t>(sm.slot) * st.slot_bytes + ring_offset +
@@ -184,6 +186,7 @@ __global__ void store_ring_kernel(StepView st, const int32_t* tokens, const uint
 
 __global__ void page_row_pointers_kernel(StepView st, const NewRow* rows, int R, size_t page_offset, int rows_per_page,
                                          size_t row_bytes, uint8_t** out) {
+  pdl_prologue();
   const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (j >= R) return;
   const NewRow nr = rows[j];
@@ -191,6 +194,7 @@ __global__ void page_row_pointers_kernel(StepView st, const NewRow* rows, int R,
 }
 
 __global__ void split_groups_kernel(const float* o, int T, int G, int gw, bf16* og) {
+  pdl_prologue();
   const size_t n = static_cast<size_t>(T) * G * gw;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t t = i / (static_cast<size_t>(G) * gw), rem = i % (static_cast<size_t>(G) * gw);
@@ -200,7 +204,7 @@ __global__ void split_groups_kernel(const float* o, int T, int G, int gw, bf16* 
 }
 
 __global__ void merge_groups_kernel(const float* zo, int T, int G, int r, bf16* out) {
-  allow_dependent_launch();  // a following dense GEMM may start prefetching its weights
+  pdl_prologue();
   const size_t n = static_cast<size_t>(T) * G * r;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t t = i / (static_cast<size_t>(G) * r), rem = i % (static_cast<size_t>(G) * r);
@@ -210,6 +214,7 @@ __global__ void merge_groups_kernel(const float* zo, int T, int G, int r, bf16* 
 }
 
 __global__ void scale_kernel(float* x, size_t n, float s) {
+  pdl_prologue();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
     x[i] *= s;
 }
@@ -224,11 +229,13 @@ __device__ inline float uniform_pm1(uint64_t seed, uint64_t i) {
 }
 
 __global__ void fill_uniform_bf16_kernel(bf16* x, size_t n, uint64_t seed, float scale) {
+  pdl_prologue();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
     x[i] = __float2bfloat16_rn(uniform_pm1(seed, i) * scale);
 }
 
 __global__ void fill_uniform_f32_kernel(float* x, size_t n, uint64_t seed, float scale, float offset) {
+  pdl_prologue();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
     x[i] = offset + uniform_pm1(seed, i) * scale;
 }
