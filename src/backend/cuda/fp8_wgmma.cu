@@ -16,6 +16,7 @@
 
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::fp8::tma {
 namespace {
@@ -134,6 +135,7 @@ template <bool kClusterMode, class OutT>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                      const Params p) {
+  pdl_prologue();
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)p;
   __trap();  // built for a device without wgmma: usable() never selects this path there

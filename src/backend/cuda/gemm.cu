@@ -139,7 +139,10 @@ struct GemmParams {
 // One CTA computes a BM x BN tile of y over one slice (cluster configs) or all slices of K.
 template <class Cfg, class OutT, bool kGrouped>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(const GemmParams p) {
-  pdl_prologue();
+  // Programmatic dependent launch: the grids after this one may be scheduled now (they wait for
+  // this one's completion); this grid itself waits for its predecessors only where it first reads
+  // their output (grid_dependency_wait below), so the dense form streams weights before that.
+  allow_dependent_launch();
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int BM = Cfg::BM, BN = Cfg::BN, kChunks = Cfg::kChunksPerTile, kVecs = Cfg::kVecsPerRow;
   constexpr int kStages = Cfg::kStages, kThreads = Cfg::kThreads, kMmaM = Cfg::kMmaM, kMmaN = Cfg::kMmaN;
