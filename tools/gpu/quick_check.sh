@@ -7,7 +7,7 @@
 #   tools/gpu/quick_check.sh [OUT_DIR] [TESTS] [MODEL_BENCH_ARGS]
 #     TESTS: space-separated suffixes of build-gpu/deepinfer_cuda_*_tests (default: "gemm ops model")
 #     MODEL_BENCH_ARGS: default "--batches 1,64,256 --contexts 1024 --prefill 4096"
-# Each test binary runs under a 300 s timeout, the benchmark under 200 s.
+# Each test binary runs under a QUICK_TEST_TIMEOUT (default 300) s timeout, the benchmark under 200 s.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${1:-out/quick}
@@ -26,7 +26,7 @@ for t in $tests; do
   bin=build-gpu/deepinfer_cuda_${t}_tests
   [ -x "$bin" ] || { note "no $bin"; continue; }
   note "== $(date +%H:%M:%S) $t tests"
-  timeout 300 stdbuf -oL "$bin" --gtest_brief=1 >"$logs/${t}_tests.log" 2>&1
+  timeout "${QUICK_TEST_TIMEOUT:-300}" stdbuf -oL "$bin" --gtest_brief=1 >"$logs/${t}_tests.log" 2>&1
   note "exit $?"
   grep -E '^\[  (FAILED|PASSED)|rel rms|max \||Failure|differs|Expected|Which is|actual' "$logs/${t}_tests.log" | head -40 >>"$summary"
 done
