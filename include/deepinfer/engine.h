@@ -126,6 +126,9 @@ struct EngineStats {
   std::string kv_cache_dtype;      // "float32", "bfloat16" or "fp8"
   std::string device;              // "cpu" or "cuda"
   uint64_t cuda_graph_replays = 0; // decode steps replayed as CUDA graphs (cuda only)
+  // steps enqueued on the device before the previous step's tokens were fetched (cuda only: greedy
+  // steps keep their tokens on the device, so the device runs step N+1 while the host takes step N's)
+  uint64_t overlapped_steps = 0;
 };
 
 // Not thread-safe: call it from one thread at a time (it runs its own step thread inside).

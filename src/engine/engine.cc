@@ -166,6 +166,7 @@ class LLMImpl final : public LLM {
     e->shape_ = shape;
     e->device_ = o.device;
     engine::ForwardFn forward;
+    engine::AsyncGreedyFns async_greedy;
 #ifdef DEEPINFER_WITH_CUDA
     if (cuda) {
       backend::cuda::CudaModelOptions co;
@@ -188,6 +189,22 @@ class LLMImpl final : public LLM {
         }
         return Status::ok();
       };
+      // Greedy steps stay on the device between steps: the engine's step N+1 is enqueued before
+      // step N's tokens come back (ModelRunner, StepWorker).
+      async_greedy.submit = [m, deferred = std::vector<backend::cuda::DeferredToken>()](
+                                std::span<const model::SeqChunk> b,
+                                std::span<const engine::DeferredToken> d) mutable -> Status {
+        deferred.resize(d.size());
+        for (size_t i = 0; i < d.size(); ++i) deferred[i] = backend::cuda::DeferredToken{d[i].index, d[i].row};
+        return m->submit_greedy(b, deferred);
+      };
+      async_greedy.collect = [m, greedy = std::vector<backend::cuda::GreedyToken>()](
+                                 std::vector<engine::GreedyRow>* g) mutable -> Status {
+        DI_RETURN_IF_ERROR(m->collect_greedy(&greedy));
+        g->resize(greedy.size());
+        for (size_t i = 0; i < greedy.size(); ++i) (*g)[i] = engine::GreedyRow{greedy[i].token, greedy[i].logprob};
+        return Status::ok();
+      };
     }
 #endif
     if (!cuda) {
@@ -200,7 +217,8 @@ class LLMImpl final : public LLM {
         return net->forward(b, *storage, l);
       };
     }
-    e->runner_ = std::make_unique<engine::ModelRunner>(std::move(forward), c.vocab_size, /*device_greedy=*/cuda);
+    e->runner_ = std::make_unique<engine::ModelRunner>(std::move(forward), c.vocab_size, /*device_greedy=*/cuda,
+                                                       std::move(async_greedy));
     sched::SchedulerOptions so;
     so.max_num_seqs = o.max_num_seqs;
     so.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -208,10 +226,9 @@ class LLMImpl final : public LLM {
     e->scheduler_ = std::make_unique<sched::Scheduler>(so, layout);
     e->eos_ = c.eos_token_id;
     if (e->eos_ < 0 && e->tokenizer_ && e->tokenizer_->eos_token_id()) e->eos_ = *e->tokenizer_->eos_token_id();
-    engine::ModelRunner* runner = e->runner_.get();
     const int threads = o.num_threads;
     e->worker_ = std::make_unique<engine::StepWorker>(
-        [runner](const engine::StepInput& in) { return runner->execute(in); },
+        *e->runner_,
         [threads] {
           if (threads > 0) omp_set_num_threads(threads);
         });
@@ -385,6 +402,7 @@ class LLMImpl final : public LLM {
 #ifdef DEEPINFER_WITH_CUDA
     if (cuda_) s.cuda_graph_replays = cuda_->graph_replays();
 #endif
+    s.overlapped_steps = runner_->overlapped_launches();
     return s;
   }
   std::string description() const override { return model_->description; }

@@ -543,5 +543,116 @@ TEST(CudaModel, GreedyOnTheGpuIsTheArgmaxOfTheLogits) {
   }
 }
 
+// Asynchronous greedy steps: prompts, then 30 decode steps each submitted before the previous one
+// is collected, its input tokens named as the previous step's greedy rows (they never visit the
+// host). The tokens and log-probabilities are bitwise those of synchronous forward() steps fed the
+// tokens on the host, with and without CUDA graphs; misuse is an error and leaves the model usable.
+TEST(CudaModel, AsyncGreedyStepsChainOnTheDeviceLikeSynchronousSteps) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ModelConfig c = model::default_model_config();
+  const ModelWeights w = model::default_model_weights(c, 9);
+  constexpr int kSeqs = 3, kSteps = 30;
+  for (bool graphs : {false, true}) {
+    std::vector<std::vector<GreedyToken>> runs[2];
+    for (int async = 0; async < 2; ++async) {
+      CudaModelOptions opt;
+      opt.num_slots = kSeqs;
+      opt.num_blocks = 12;
+      opt.cuda_graphs = graphs;
+      auto gpu = CudaModel::create(c, w, model::Numerics::kExact, opt);
+      ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+      std::vector<std::vector<int32_t>> seqs;
+      std::vector<std::vector<int>> tables;
+      for (int i = 0; i < kSeqs; ++i) {
+        seqs.push_back(random_tokens(15 + 6 * i, c.vocab_size, 70 + i));
+        tables.push_back({4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3});
+      }
+      std::vector<SeqChunk> batch;
+      for (int i = 0; i < kSeqs; ++i) batch.push_back(SeqChunk{seqs[i], 0, i, tables[i], LogitRows::kLast});
+      std::vector<GreedyToken> g;
+      std::vector<std::vector<GreedyToken>>& out = runs[async];
+      const std::vector<int32_t> placeholder(1, 0);
+      if (async) {
+        ASSERT_TRUE((*gpu)->submit_greedy(batch, {}).is_ok());
+        for (int step = 0; step < kSteps; ++step) {
+          batch.clear();
+          std::vector<DeferredToken> deferred;
+          for (int i = 0; i < kSeqs; ++i) {
+            const int p = static_cast<int>(seqs[i].size()) + step;
+            batch.push_back(SeqChunk{placeholder, p, i, tables[i], LogitRows::kLast});
+            deferred.push_back(DeferredToken{i, i});
+          }
+          ASSERT_TRUE((*gpu)->submit_greedy(batch, deferred).is_ok()) << "step " << step;
+          if (step == 0) {  // a third step in flight, and forward() with steps in flight, are refused
+            EXPECT_FALSE((*gpu)->submit_greedy(batch, deferred).is_ok());
+            std::vector<float> logits;
+            EXPECT_FALSE((*gpu)->forward(batch, &logits).is_ok());
+          }
+          ASSERT_TRUE((*gpu)->collect_greedy(&g).is_ok());
+          out.push_back(g);
+        }
+        ASSERT_TRUE((*gpu)->collect_greedy(&g).is_ok());
+        out.push_back(g);
+        EXPECT_FALSE((*gpu)->collect_greedy(&g).is_ok());  // nothing in flight
+      } else {
+        std::vector<std::vector<int32_t>> next(kSeqs);
+        ASSERT_TRUE((*gpu)->forward(batch, nullptr, &g).is_ok());
+        out.push_back(g);
+        for (int step = 0; step < kSteps; ++step) {
+          batch.clear();
+          for (int i = 0; i < kSeqs; ++i) {
+            next[i].assign(1, g[i].token);
+            const int p = static_cast<int>(seqs[i].size()) + step;
+            batch.push_back(SeqChunk{next[i], p, i, tables[i], LogitRows::kLast});
+          }
+          ASSERT_TRUE((*gpu)->forward(batch, nullptr, &g).is_ok());
+          out.push_back(g);
+        }
+      }
+      if (graphs) {
+        EXPECT_GE((*gpu)->graph_replays(), static_cast<uint64_t>(kSteps - 2));
+      }
+    }
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    for (size_t st = 0; st < runs[0].size(); ++st) {
+      ASSERT_EQ(runs[0][st].size(), static_cast<size_t>(kSeqs));
+      ASSERT_EQ(runs[1][st].size(), static_cast<size_t>(kSeqs));
+      for (int i = 0; i < kSeqs; ++i) {
+        EXPECT_EQ(runs[0][st][i].token, runs[1][st][i].token) << "graphs " << graphs << " step " << st << " seq " << i;
+        EXPECT_EQ(std::memcmp(&runs[0][st][i].logprob, &runs[1][st][i].logprob, 4), 0) << "step " << st << " seq " << i;
+      }
+    }
+  }
+}
+
+// Deferred tokens that name nothing are errors naming the field; the model keeps working.
+TEST(CudaModel, DeferredTokensOutOfRangeAreErrors) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ModelConfig c = model::default_model_config();
+  const ModelWeights w = model::default_model_weights(c, 2);
+  CudaModelOptions opt;
+  opt.num_blocks = 4;
+  auto gpu = CudaModel::create(c, w, model::Numerics::kExact, opt);
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+  const std::vector<int32_t> prompt = {5, 6, 7}, one = {0};
+  const std::vector<int> table = {0, 1};
+  SeqChunk sc{prompt, 0, 0, table, LogitRows::kLast};
+  const DeferredToken row0{0, 0};
+  Status st = (*gpu)->submit_greedy(std::span<const SeqChunk>(&sc, 1), std::span<const DeferredToken>(&row0, 1));
+  EXPECT_NE(st.message().find("previous step computed no greedy rows"), std::string::npos) << st.to_string();
+  ASSERT_TRUE((*gpu)->submit_greedy(std::span<const SeqChunk>(&sc, 1), {}).is_ok());
+  sc = SeqChunk{one, 3, 0, table, LogitRows::kLast};
+  const DeferredToken bad_row{0, 1}, bad_index{1, 0};
+  st = (*gpu)->submit_greedy(std::span<const SeqChunk>(&sc, 1), std::span<const DeferredToken>(&bad_row, 1));
+  EXPECT_NE(st.message().find("row 1 beyond the previous step's 1 greedy rows"), std::string::npos) << st.to_string();
+  st = (*gpu)->submit_greedy(std::span<const SeqChunk>(&sc, 1), std::span<const DeferredToken>(&bad_index, 1));
+  EXPECT_NE(st.message().find("index 1 outside the step's 1 tokens"), std::string::npos) << st.to_string();
+  ASSERT_TRUE((*gpu)->submit_greedy(std::span<const SeqChunk>(&sc, 1), std::span<const DeferredToken>(&row0, 1)).is_ok());
+  std::vector<GreedyToken> g;
+  ASSERT_TRUE((*gpu)->collect_greedy(&g).is_ok());
+  ASSERT_TRUE((*gpu)->collect_greedy(&g).is_ok());
+  EXPECT_EQ(g.size(), 1u);
+}
+
 }  // namespace
 }  // namespace deepinfer::backend::cuda

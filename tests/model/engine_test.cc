@@ -241,6 +241,43 @@ TEST(Engine, CudaGreedyOnTheDeviceIsBatchInvariant) {
   EXPECT_EQ(host.logprobs.size(), host.token_ids.size());
 }
 
+// On the GPU (where there is one): with asynchronous scheduling, greedy steps chain on the device
+// (step N+1 is enqueued before step N's tokens reach the host, its inputs named as step N's greedy
+// rows) and the outputs are those of the engine without asynchronous scheduling, token for token,
+// for staggered concurrent requests (prefills joining running decodes) and one that ends early.
+TEST(Engine, CudaOverlapsGreedyStepsOnTheDeviceWithIdenticalOutputs) {
+  EngineOptions o;
+  o.model = std::string(DEEPINFER_SOURCE_DIR) + "/models/v4-code-19m";
+  o.max_num_seqs = 4;
+  o.cache_bytes = 256ll << 20;
+  o.device = "cuda";
+  auto overlapped = LLM::create(o);
+  if (!overlapped.is_ok()) {
+    EXPECT_NE(overlapped.status().message().find("CUDA"), std::string::npos) << overlapped.status().to_string();
+    return;
+  }
+  o.async_scheduling = false;
+  auto plain = LLM::create(o);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  std::mt19937 rng(33);
+  std::vector<Prompt> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 7; ++i) {  // more requests than max_num_seqs: later ones join running decodes
+    prompts.push_back(Prompt::from_token_ids(random_prompt(rng, 12 + 17 * i, 8192)));
+    params.push_back(greedy(i == 2 ? 5 : 20));
+  }
+  const std::vector<RequestOutput> a = (*overlapped)->generate(prompts, params);
+  const std::vector<RequestOutput> b = (*plain)->generate(prompts, params);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i].finished && a[i].error.empty()) << a[i].error;
+    EXPECT_EQ(a[i].token_ids, b[i].token_ids) << "prompt " << i;
+  }
+  EXPECT_EQ(a[2].token_ids.size(), 5u);
+  EXPECT_GT((*overlapped)->stats().overlapped_steps, 10u);
+  EXPECT_EQ((*plain)->stats().overlapped_steps, 0u);
+}
+
 TEST(Engine, GreedyMatchesModelForward) {
   // The engine's greedy path against the plain single-session forward (public Model API).
   auto model = Model::load(fixture("v4-tiny-a"));

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <tuple>
 #include <numeric>
@@ -196,14 +197,27 @@ struct CudaModel::Impl {
   float *head_in = nullptr, *logits = nullptr;
   bf16* head_in_bf = nullptr;
 
-  // Step metadata: packed on the host (pinned), one copy to the device.
-  uint8_t* meta_host = nullptr;
+  // Step metadata: packed on the host (pinned), one copy to the device. Two host buffers, used by
+  // alternate steps (`parity`): a step may be packed while the previous one's copy is pending;
+  // meta_sent[p] marks when buffer p's last copy has been made.
+  uint8_t* meta_host[2] = {nullptr, nullptr};
+  cudaEvent_t meta_sent[2] = {nullptr, nullptr};
   uint8_t* meta_dev = nullptr;
   size_t meta_capacity = 0;
   float* logits_host = nullptr;  // pinned [max_logit_rows, vocab]
   int32_t* greedy_tok = nullptr;  // [max_logit_rows]
   float* greedy_lp = nullptr;     // [max_logit_rows]
-  GreedyToken* greedy_host = nullptr;  // pinned [max_logit_rows]: token ids, then log-probs
+  // pinned, per parity: [max_logit_rows] token ids, then [max_logit_rows] log-probs
+  GreedyToken* greedy_host = nullptr;
+  cudaEvent_t step_done[2] = {nullptr, nullptr};  // the step of that parity's outputs are on the host
+  // Submitted, not yet collected asynchronous steps (submit_greedy), oldest first.
+  struct InFlight {
+    int parity = 0;
+    int rows = 0;
+  };
+  std::deque<InFlight> in_flight;
+  int next_parity = 0;
+  int prev_greedy_rows = -1;  // greedy rows of the previous launched step (-1: it computed none)
 
   // CUDA graphs of decode steps, per batch size. A graph bakes in buffer addresses: any
   // reallocation bumps `epoch`, which retires the graphs recorded before it.
@@ -221,7 +235,11 @@ struct CudaModel::Impl {
   ~Impl() {
     for (auto& [b, g] : graphs)
       if (g.exec) cudaGraphExecDestroy(g.exec);
-    if (meta_host) cudaFreeHost(meta_host);
+    for (int p = 0; p < 2; ++p) {
+      if (meta_host[p]) cudaFreeHost(meta_host[p]);
+      if (meta_sent[p]) cudaEventDestroy(meta_sent[p]);
+      if (step_done[p]) cudaEventDestroy(step_done[p]);
+    }
     if (logits_host) cudaFreeHost(logits_host);
     if (greedy_host) cudaFreeHost(greedy_host);
     if (stream) cudaStreamDestroy(stream);
@@ -234,6 +252,10 @@ struct CudaModel::Impl {
   Status randomize(uint64_t seed);
   Status allocate_cache_and_work();
   Status forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out, std::vector<GreedyToken>* greedy_out);
+  // Enqueues one step with outputs for parity `parity` (logits to logits_host, greedy rows to
+  // greedy_host's half) and records step_done[parity]; waits for nothing.
+  Status launch(std::span<const SeqChunk> batch, std::span<const DeferredToken> deferred, bool want_logits,
+                bool want_greedy, int parity, int* rows_out);
   Status ensure_meta(size_t bytes);
   Status ensure_capacity(void** ptr, size_t* capacity, size_t bytes);
 
@@ -695,19 +717,25 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_CUDA_RETURN(cudaMallocHost(&logits_host, LR * c.vocab_size * sizeof(float)));
   DI_RETURN_IF_ERROR(A.alloc(&greedy_tok, LR));
   DI_RETURN_IF_ERROR(A.alloc(&greedy_lp, LR));
-  DI_CUDA_RETURN(cudaMallocHost(&greedy_host, LR * 2 * sizeof(float)));
+  DI_CUDA_RETURN(cudaMallocHost(&greedy_host, 2 * LR * 2 * sizeof(float)));
+  for (int p = 0; p < 2; ++p) {
+    DI_CUDA_RETURN(cudaEventCreateWithFlags(&meta_sent[p], cudaEventDisableTiming));
+    DI_CUDA_RETURN(cudaEventCreateWithFlags(&step_done[p], cudaEventDisableTiming));
+  }
   DI_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return Status::ok();
 }
 
 Status CudaModel::Impl::ensure_meta(size_t bytes) {
-  if (bytes <= meta_capacity && meta_host) return Status::ok();
+  if (bytes <= meta_capacity && meta_host[0] && meta_host[1]) return Status::ok();
   void* d = meta_dev;
-  DI_RETURN_IF_ERROR(ensure_capacity(&d, &meta_capacity, bytes));  // synchronizes: the old host copy is idle
+  DI_RETURN_IF_ERROR(ensure_capacity(&d, &meta_capacity, bytes));  // synchronizes: the old host copies are idle
   meta_dev = static_cast<uint8_t*>(d);
-  if (meta_host) cudaFreeHost(meta_host);
-  meta_host = nullptr;
-  DI_CUDA_RETURN(cudaMallocHost(&meta_host, meta_capacity));  // same size as the device copy
+  for (uint8_t*& h : meta_host) {
+    if (h) cudaFreeHost(h);
+    h = nullptr;
+    DI_CUDA_RETURN(cudaMallocHost(&h, meta_capacity));  // same size as the device copy
+  }
   return Status::ok();
 }
 
@@ -726,8 +754,8 @@ Status CudaModel::Impl::ensure_capacity(void** ptr, size_t* capacity, size_t byt
   return Status::ok();
 }
 
-Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out,
-                                std::vector<GreedyToken>* greedy_out) {
+Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const DeferredToken> deferred,
+                               bool want_logits, bool want_greedy, int parity, int* rows_out) {
   const ModelConfig& c = config;
   const cudaStream_t s = stream;
   const bool fp8_cache = shape.kv_row.dtype == model::KvCacheDtype::kFP8;
@@ -766,9 +794,23 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   if (NR > opt.max_logit_rows)
     return Status::invalid_argument("the step asks for " + std::to_string(NR) + " logits rows, more than " +
                                     std::to_string(opt.max_logit_rows));
-  if (logits_out) logits_out->resize(static_cast<size_t>(NR) * c.vocab_size);  // every entry is overwritten
-  if (greedy_out) greedy_out->clear();
-  if (T == 0) return Status::ok();
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    if (deferred[i].index < 0 || deferred[i].index >= T)
+      return Status::invalid_argument("deferred token " + std::to_string(i) + ": index " +
+                                      std::to_string(deferred[i].index) + " outside the step's " + std::to_string(T) +
+                                      " tokens");
+    if (deferred[i].row < 0 || deferred[i].row >= prev_greedy_rows)
+      return Status::invalid_argument("deferred token " + std::to_string(i) + ": row " + std::to_string(deferred[i].row) +
+                                      (prev_greedy_rows < 0 ? std::string(", but the previous step computed no greedy rows")
+                                                            : " beyond the previous step's " +
+                                                                  std::to_string(prev_greedy_rows) + " greedy rows"));
+  }
+  *rows_out = NR;
+  if (T == 0) {
+    prev_greedy_rows = -1;
+    DI_CUDA_RETURN(cudaEventRecord(step_done[parity], s));
+    return Status::ok();
+  }
 
   // A decode step (one token per sequence, last-row logits) runs with every list padded to a fixed
   // length and every grid sized from fixed bounds, so that a CUDA graph recorded once per batch
@@ -878,9 +920,16 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     cp.off_kbegin = ml.add(static_cast<size_t>(T) * 4);
     cp.off_nkeys = ml.add(static_cast<size_t>(T) * 4);
   }
+  // The graphs' kernels read everything above (its layout is part of what a graph bakes in); the
+  // deferred-token pairs after it are read before the graph runs.
+  const size_t graph_meta_bytes = ml.bytes;
+  const size_t off_deferred = ml.add(deferred.size() * sizeof(DeferredToken));
   DI_RETURN_IF_ERROR(ensure_meta(ml.bytes));
+  // This parity's host buffer is free once its previous copy (two steps ago) has been made.
+  DI_CUDA_RETURN(cudaEventSynchronize(meta_sent[parity]));
+  uint8_t* const mh = meta_host[parity];
   auto put = [&](size_t off, const void* src, size_t n) {
-    if (n) std::memcpy(meta_host + off, src, n);
+    if (n) std::memcpy(mh + off, src, n);
   };
   put(off_tokens, tokens.data(), T * 4);
   put(off_seq, tok_seq.data(), T * 4);
@@ -890,6 +939,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   put(off_ring, ring_tokens.data(), ring_tokens.size() * 4);
   put(off_lrows, logit_rows.data(), NR * 4);
   put(off_groups, group_rows.data(), group_rows.size() * 4);
+  put(off_deferred, deferred.data(), deferred.size() * sizeof(DeferredToken));
   for (auto& [key, rp] : row_plans) put(rp.off, rp.row_begin.data(), rp.row_begin.size() * 4);
   for (auto& [ratio, cp] : comp_plans) {
     put(cp.off_rows, cp.rows.data(), cp.rows.size() * sizeof(NewRow));
@@ -931,7 +981,6 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
   // Everything from here to the logits copy is launches only (no allocation, no synchronization),
   // so it can be recorded into a CUDA graph.
   auto enqueue = [&]() {
-  cudaMemcpyAsync(meta_dev, meta_host, ml.bytes, cudaMemcpyHostToDevice, s);
   StepView st;
   st.T = T;
   st.S = S;
@@ -1181,25 +1230,25 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     rb(head_in, static_cast<size_t>(NR) * D);
     rms_norm(head_in, NR, D, final_norm, eps, nullptr, head_in_bf, s);
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
-    if (logits_out)
-      cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(NR) * c.vocab_size * sizeof(float),
-                      cudaMemcpyDeviceToHost, s);
-    if (greedy_out) {
-      greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, s);
-      cudaMemcpyAsync(greedy_host, greedy_tok, static_cast<size_t>(NR) * sizeof(int32_t), cudaMemcpyDeviceToHost, s);
-      cudaMemcpyAsync(reinterpret_cast<float*>(greedy_host) + NR, greedy_lp, static_cast<size_t>(NR) * sizeof(float),
-                      cudaMemcpyDeviceToHost, s);
-    }
+    if (want_greedy) greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, s);
   }
   };  // enqueue
 
+  // Metadata in (outside the graphs: the host buffer alternates), then the deferred tokens: greedy
+  // rows of the previous step, still in greedy_tok (this step's greedy_rows runs after).
+  cudaMemcpyAsync(meta_dev, mh, ml.bytes, cudaMemcpyHostToDevice, s);
+  cudaEventRecord(meta_sent[parity], s);
+  if (!deferred.empty())
+    scatter_tokens(meta_ptr<int32_t>(off_tokens), meta_ptr<int32_t>(off_deferred), static_cast<int>(deferred.size()),
+                   greedy_tok, s);
+
   bool ran = false;
   if (padded) {
-    Graph& g = graphs[{S, bucket, (logits_out ? 1 : 0) | (greedy_out ? 2 : 0)}];
+    Graph& g = graphs[{S, bucket, (want_logits ? 1 : 0) | (want_greedy ? 2 : 0)}];
     if (!g.warmed) {
       g.warmed = true;  // the first step of this size runs eagerly
     } else {
-      if (!g.exec || g.epoch != epoch || g.meta_bytes != ml.bytes) {
+      if (!g.exec || g.epoch != epoch || g.meta_bytes != graph_meta_bytes) {
         if (g.exec) cudaGraphExecDestroy(g.exec);
         g.exec = nullptr;
         cudaGraph_t graph = nullptr;
@@ -1217,7 +1266,7 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
           cudaGetLastError();
         }
         g.epoch = epoch;
-        g.meta_bytes = ml.bytes;
+        g.meta_bytes = graph_meta_bytes;
       }
       if (g.exec) {
         DI_CUDA_RETURN(cudaGraphLaunch(g.exec, s));
@@ -1227,15 +1276,43 @@ Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<flo
     }
   }
   if (!ran) enqueue();
-  DI_CUDA_RETURN(cudaStreamSynchronize(s));
-  DI_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "the forward's kernels"));
-  if (logits_out) std::memcpy(logits_out->data(), logits_host, static_cast<size_t>(NR) * c.vocab_size * sizeof(float));
-  if (greedy_out) {
-    greedy_out->resize(NR);
-    const int32_t* tok = reinterpret_cast<const int32_t*>(greedy_host);
-    const float* lp = reinterpret_cast<const float*>(greedy_host) + NR;
-    for (int r = 0; r < NR; ++r) (*greedy_out)[r] = GreedyToken{tok[r], lp[r]};
+  // Outputs out. Logits have one host buffer: only synchronous steps (forward) ask for them.
+  if (want_logits && NR > 0)
+    cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(NR) * c.vocab_size * sizeof(float), cudaMemcpyDeviceToHost, s);
+  if (want_greedy && NR > 0) {
+    int32_t* tok = reinterpret_cast<int32_t*>(greedy_host) + static_cast<size_t>(parity) * 2 * opt.max_logit_rows;
+    cudaMemcpyAsync(tok, greedy_tok, static_cast<size_t>(NR) * sizeof(int32_t), cudaMemcpyDeviceToHost, s);
+    cudaMemcpyAsync(tok + opt.max_logit_rows, greedy_lp, static_cast<size_t>(NR) * sizeof(float), cudaMemcpyDeviceToHost, s);
   }
+  prev_greedy_rows = want_greedy ? NR : -1;
+  DI_CUDA_RETURN(cudaEventRecord(step_done[parity], s));
+  return cuda_status(cudaGetLastError(), "the forward's launches");
+}
+
+// The host copy of a launched step's greedy rows (after step_done[parity]).
+static void read_greedy(const GreedyToken* host, int max_rows, int parity, int rows, std::vector<GreedyToken>* out) {
+  const int32_t* tok = reinterpret_cast<const int32_t*>(host) + static_cast<size_t>(parity) * 2 * max_rows;
+  const float* lp = reinterpret_cast<const float*>(tok + max_rows);
+  out->resize(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) (*out)[r] = GreedyToken{tok[r], lp[r]};
+}
+
+Status CudaModel::Impl::forward(std::span<const SeqChunk> batch, std::vector<float>* logits_out,
+                                std::vector<GreedyToken>* greedy_out) {
+  if (!in_flight.empty())
+    return Status::invalid_argument("forward() while " + std::to_string(in_flight.size()) +
+                                    " submitted steps are not collected");
+  const int parity = next_parity;
+  next_parity ^= 1;
+  int rows = 0;
+  DI_RETURN_IF_ERROR(launch(batch, {}, logits_out != nullptr, greedy_out != nullptr, parity, &rows));
+  DI_CUDA_RETURN(cudaEventSynchronize(step_done[parity]));
+  DI_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "the forward's kernels"));
+  if (logits_out) {
+    logits_out->resize(static_cast<size_t>(rows) * config.vocab_size);
+    std::memcpy(logits_out->data(), logits_host, static_cast<size_t>(rows) * config.vocab_size * sizeof(float));
+  }
+  if (greedy_out) read_greedy(greedy_host, opt.max_logit_rows, parity, rows, greedy_out);
   return Status::ok();
 }
 
@@ -1325,6 +1402,31 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create_random(const ModelConfig& c
 Status CudaModel::forward(std::span<const SeqChunk> batch, std::vector<float>* logits,
                           std::vector<GreedyToken>* greedy) {
   return impl_->forward(batch, logits, greedy);
+}
+
+static_assert(sizeof(DeferredToken) == 2 * sizeof(int32_t), "scatter_tokens reads (index, row) pairs");
+
+Status CudaModel::submit_greedy(std::span<const SeqChunk> batch, std::span<const DeferredToken> deferred) {
+  Impl& m = *impl_;
+  if (m.in_flight.size() >= 2)
+    return Status::invalid_argument("submit_greedy: two submitted steps are not collected yet");
+  const int parity = m.next_parity;
+  m.next_parity ^= 1;
+  int rows = 0;
+  DI_RETURN_IF_ERROR(m.launch(batch, deferred, /*want_logits=*/false, /*want_greedy=*/true, parity, &rows));
+  m.in_flight.push_back(Impl::InFlight{parity, rows});
+  return Status::ok();
+}
+
+Status CudaModel::collect_greedy(std::vector<GreedyToken>* greedy) {
+  Impl& m = *impl_;
+  if (m.in_flight.empty()) return Status::invalid_argument("collect_greedy: no submitted step");
+  const Impl::InFlight f = m.in_flight.front();
+  m.in_flight.pop_front();
+  DI_CUDA_RETURN(cudaEventSynchronize(m.step_done[f.parity]));
+  DI_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "the forward's kernels"));
+  read_greedy(m.greedy_host, m.opt.max_logit_rows, f.parity, f.rows, greedy);
+  return Status::ok();
 }
 
 void CudaModel::reset_slot(int slot) {

@@ -62,6 +62,13 @@ struct GreedyToken {
   float logprob = 0.0f;
 };
 
+// An input token produced on the device by the previous submitted step: the token at flat index
+// `index` of the batch (chunks in order) is that step's greedy row `row`.
+struct DeferredToken {
+  int32_t index = 0;
+  int32_t row = 0;
+};
+
 class CudaModel {
  public:
   // Uploads `weights` (converted to bf16) and allocates the state cache (zeroed) and the
@@ -84,6 +91,16 @@ class CudaModel {
   // decode step moves 8 bytes per sequence to the host instead of a vocabulary row.
   Status forward(std::span<const model::SeqChunk> batch, std::vector<float>* logits,
                  std::vector<GreedyToken>* greedy = nullptr);
+
+  // Asynchronous greedy steps (the engine's device overlap). submit_greedy enqueues a step that
+  // computes each logits row's greedy token and returns without waiting; `deferred` names input
+  // tokens that are greedy rows of the previous submitted step (their values in `batch` are
+  // ignored; they never visit the host). collect_greedy waits for the oldest submitted step and
+  // returns its rows. At most two steps are submitted and not collected; forward() needs none.
+  // Errors: forward()'s, a deferred index or row out of range or without a previous greedy step,
+  // too many steps in flight; a device error of a step comes back from its collect_greedy.
+  Status submit_greedy(std::span<const model::SeqChunk> batch, std::span<const DeferredToken> deferred);
+  Status collect_greedy(std::vector<GreedyToken>* greedy);
 
   // Zeroes one slot (a new sequence reuses it). Pages need no clearing: rows are written before read.
   void reset_slot(int slot);

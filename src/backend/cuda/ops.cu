@@ -1071,6 +1071,19 @@ void greedy_rows(const float* logits, int R, int V, int32_t* token, float* logpr
   greedy_rows_kernel<<<static_cast<unsigned>(R), kGreedyThreads, 0, stream>>>(logits, V, token, logprob);
 }
 
+namespace {
+__global__ void scatter_tokens_kernel(int32_t* tokens, const int32_t* pairs, int n, const int32_t* source) {
+  pdl_prologue();
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) tokens[pairs[2 * i]] = source[pairs[2 * i + 1]];
+}
+}  // namespace
+
+void scatter_tokens(int32_t* tokens, const int32_t* pairs, int n, const int32_t* source, cudaStream_t stream) {
+  if (n <= 0) return;
+  scatter_tokens_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(tokens, pairs, n, source);
+}
+
 void round_bf16(float* x, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   round_bf16_kernel<<<cast_grid(n), kEltThreads, 0, stream>>>(x, n, aligned(x, 16));

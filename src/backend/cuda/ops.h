@@ -94,4 +94,8 @@ void round_bf16(float* x, size_t n, cudaStream_t stream);  // in place: x = fp32
 // batch-invariant, not the CPU sampler's double sum).
 void greedy_rows(const float* logits, int R, int V, int32_t* token, float* logprob, cudaStream_t stream);
 
+// tokens[pairs[2 i]] = source[pairs[2 i + 1]] for i < n: a step's input tokens that are greedy rows
+// of the previous step (ops' greedy_rows `token` output), filled in on the device.
+void scatter_tokens(int32_t* tokens, const int32_t* pairs, int n, const int32_t* source, cudaStream_t stream);
+
 }  // namespace deepinfer::backend::cuda
