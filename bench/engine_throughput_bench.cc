@@ -1,11 +1,14 @@
 // Offline throughput of the engine at 1, 2, 4, ... concurrent requests, on the CPU or the GPU.
 //
 //   ./build/deepinfer_bench_engine [--model DIR] [--device cpu|cuda] [--prompt-len N] [--output-len N]
-//                                  [--max-concurrency N] [--cache-mib N] [--threads N] [--json]
+//                                  [--max-concurrency N] [--cache-mib N] [--threads N] [--async-scheduling 0|1]
+//                                  [--json]
 //
 // For each concurrency c: c requests (random prompt ids, fixed seed), greedy, ignore_eos, all
 // submitted at once; prints wall time, output tokens/s, total (prompt + output) tokens/s, mean
-// time to first token and mean time per output token. Async scheduling on (the default). With
+// time to first token and mean time per output token. Async scheduling on unless
+// --async-scheduling 0 (on the GPU it also chains greedy steps on the device: the JSON's
+// overlapped_steps counts the steps enqueued before the previous step's tokens came back). With
 // --json, one JSON line per concurrency instead of the table (tools/gpu/report.py reads them: output
 // tokens/s per GPU against tokens/s per user = 1 / time per output token).
 #include <chrono>
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
     else if (k == "--output-len") output_len = std::stoi(argv[i + 1]);
     else if (k == "--max-concurrency") max_c = std::stoi(argv[i + 1]);
     else if (k == "--threads") o.num_threads = std::stoi(argv[i + 1]);
+    else if (k == "--async-scheduling") o.async_scheduling = std::stoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
     sp.temperature = 0.0f;
     sp.max_tokens = output_len;
     sp.ignore_eos = true;
+    const uint64_t overlapped_before = (*llm)->stats().overlapped_steps, steps_before = (*llm)->stats().steps;
     const auto t0 = std::chrono::steady_clock::now();
     const auto outs = (*llm)->generate(prompts, sp);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -84,10 +89,13 @@ int main(int argc, char** argv) {
       tpot += r.time_per_output_token;
     }
     if (json)
-      std::printf("{\"bench\":\"engine\",\"device\":\"%s\",\"concurrency\":%d,\"prompt\":%d,\"output\":%d,"
-                  "\"wall_s\":%.4f,\"out_tok_s\":%.2f,\"total_tok_s\":%.2f,\"ttft_ms\":%.3f,\"tpot_ms\":%.4f}\n",
-                  (*llm)->stats().device.c_str(), c, prompt_len, output_len, wall, out_tokens / wall,
-                  (out_tokens + static_cast<double>(c) * prompt_len) / wall, 1e3 * ttft / c, 1e3 * tpot / c);
+      std::printf("{\"bench\":\"engine\",\"device\":\"%s\",\"async\":%d,\"concurrency\":%d,\"prompt\":%d,"
+                  "\"output\":%d,\"wall_s\":%.4f,\"out_tok_s\":%.2f,\"total_tok_s\":%.2f,\"ttft_ms\":%.3f,"
+                  "\"tpot_ms\":%.4f,\"steps\":%llu,\"overlapped_steps\":%llu}\n",
+                  (*llm)->stats().device.c_str(), o.async_scheduling ? 1 : 0, c, prompt_len, output_len, wall,
+                  out_tokens / wall, (out_tokens + static_cast<double>(c) * prompt_len) / wall, 1e3 * ttft / c,
+                  1e3 * tpot / c, static_cast<unsigned long long>((*llm)->stats().steps - steps_before),
+                  static_cast<unsigned long long>((*llm)->stats().overlapped_steps - overlapped_before));
     else
       std::printf("%11d %9.3f %13.1f %13.1f %10.1f %10.2f\n", c, wall, out_tokens / wall,
                   (out_tokens + static_cast<double>(c) * prompt_len) / wall, 1e3 * ttft / c, 1e3 * tpot / c);

@@ -31,6 +31,13 @@ namespace deepinfer::backend::cuda::fp8 {
 namespace {
 
 constexpr double kTol = 1e-5;
+// The TMA + wgmma kernel (fp8::tma) runs Hopper's native FP8 tensor cores, whose accumulation inside
+// a 128-deep block is not fp32: products are aligned to the largest exponent of the group and the
+// rest truncated (DeepSeek-V3's "~14 retained bits"), which is why every kernel of this kind, the
+// release's own included, promotes to fp32 per 128-block. Measured on the H200 over the shapes
+// below: 5.7e-4 of sum|terms| at most. Bound 2^-10; a wrong fragment layout, scale index or
+// promotion order still gives errors of order 1.
+constexpr double kTolTensorCoreFp8 = 0.0009765625;
 
 template <class T>
 class DeviceArray {
@@ -162,7 +169,8 @@ std::vector<uint16_t> run_bf16(const Problem& p, const DeviceProblem& d, int con
 }
 
 // Max over checked elements of |y - ref| / sum|terms|; expects each within kTol (or exact).
-double check_against_reference(const Problem& p, const std::vector<float>& y, bool exact, int row_stride = 1) {
+double check_against_reference(const Problem& p, const std::vector<float>& y, bool exact, int row_stride = 1,
+                               double tol = kTol) {
   double worst = 0.0;
   int failures = 0;
   for (int m = 0; m < p.M; m += row_stride)
@@ -177,7 +185,7 @@ double check_against_reference(const Problem& p, const std::vector<float>& y, bo
       const double err = std::fabs(got - sum);
       const double ratio = abs_sum > 0 ? err / abs_sum : err;
       worst = std::max(worst, ratio);
-      const bool ok = exact ? got == static_cast<double>(static_cast<float>(sum)) : err <= kTol * abs_sum;
+      const bool ok = exact ? got == static_cast<double>(static_cast<float>(sum)) : err <= tol * abs_sum;
       if (!ok && ++failures <= 5)
         ADD_FAILURE() << "m " << m << " n " << n << ": got " << got << " ref " << sum << " (sum|terms| " << abs_sum
                       << ")";
@@ -479,13 +487,13 @@ TEST(Fp8GemmTma, EveryTileMatchesTheReferenceAndTheOthersBitwise) {
     const Problem p = random_problem(false, s.M, s.N, s.K, 501 + s.N + s.K);
     const DeviceProblem d(p);
     const std::vector<float> want = run_tma(p, d, -1);
-    worst = std::max(worst, check_against_reference(p, want, false, std::max(1, s.M / 8)));
+    worst = std::max(worst, check_against_reference(p, want, false, std::max(1, s.M / 8), kTolTensorCoreFp8));
     for (int config = 0; config < tma::testing::config_count(); ++config)
       EXPECT_TRUE(bitwise_equal(run_tma(p, d, config), want))
           << tma::testing::config_name(config) << " M " << s.M << " N " << s.N << " K " << s.K << " slices "
           << tma::testing::slice_count(s.N, s.K);
   }
-  std::printf("[fp8_gemm] tma fp8: max |y - ref| / sum|terms| = %.3g (bound %.0e)\n", worst, kTol);
+  std::printf("[fp8_gemm] tma fp8: max |y - ref| / sum|terms| = %.3g (bound %.3g)\n", worst, kTolTensorCoreFp8);
 }
 
 TEST(Fp8GemmTma, RowsOfABigBatchEqualTheRowAlone) {

@@ -81,6 +81,13 @@ SamplingParams greedy(int max_tokens) {
   return p;
 }
 
+// Greedy with nothing to report but the tokens: the CUDA engine takes these on the device.
+SamplingParams plain_greedy(int max_tokens) {
+  SamplingParams p = greedy(max_tokens);
+  p.logprobs.reset();
+  return p;
+}
+
 SamplingParams seeded(int max_tokens, uint64_t seed) {
   SamplingParams p;
   p.temperature = 0.9f;
@@ -227,14 +234,14 @@ TEST(Engine, CudaGreedyOnTheDeviceIsBatchInvariant) {
   std::mt19937 rng(21);
   std::vector<Prompt> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(Prompt::from_token_ids(random_prompt(rng, 10 + 13 * i, 8192)));
-  const std::vector<RequestOutput> together = (*gpu)->generate(prompts, greedy(24));
+  const std::vector<RequestOutput> together = (*gpu)->generate(prompts, plain_greedy(24));
   ASSERT_EQ(together.size(), prompts.size());
   for (size_t i = 0; i < prompts.size(); i += 3) {
-    const RequestOutput alone = (*gpu)->generate({prompts[i]}, greedy(24))[0];
+    const RequestOutput alone = (*gpu)->generate({prompts[i]}, plain_greedy(24))[0];
     ASSERT_TRUE(alone.finished) << alone.error;
     EXPECT_EQ(alone.token_ids, together[i].token_ids) << "prompt " << i;
   }
-  SamplingParams with_logprobs = greedy(24);
+  SamplingParams with_logprobs = plain_greedy(24);
   with_logprobs.logprobs = 0;
   const RequestOutput host = (*gpu)->generate({prompts[1]}, with_logprobs)[0];
   EXPECT_EQ(host.token_ids, together[1].token_ids);
@@ -244,7 +251,8 @@ TEST(Engine, CudaGreedyOnTheDeviceIsBatchInvariant) {
 // On the GPU (where there is one): with asynchronous scheduling, greedy steps chain on the device
 // (step N+1 is enqueued before step N's tokens reach the host, its inputs named as step N's greedy
 // rows) and the outputs are those of the engine without asynchronous scheduling, token for token,
-// for staggered concurrent requests (prefills joining running decodes) and one that ends early.
+// for staggered concurrent requests (prefills joining running decodes), one that ends early and one
+// whose logprobs make its steps sample on the host.
 TEST(Engine, CudaOverlapsGreedyStepsOnTheDeviceWithIdenticalOutputs) {
   EngineOptions o;
   o.model = std::string(DEEPINFER_SOURCE_DIR) + "/models/v4-code-19m";
@@ -264,7 +272,8 @@ TEST(Engine, CudaOverlapsGreedyStepsOnTheDeviceWithIdenticalOutputs) {
   std::vector<SamplingParams> params;
   for (int i = 0; i < 7; ++i) {  // more requests than max_num_seqs: later ones join running decodes
     prompts.push_back(Prompt::from_token_ids(random_prompt(rng, 12 + 17 * i, 8192)));
-    params.push_back(greedy(i == 2 ? 5 : 20));
+    // request 5 asks for logprobs: its steps sample on the host, between device-chained ones
+    params.push_back(i == 5 ? greedy(20) : plain_greedy(i == 2 ? 5 : 20));
   }
   const std::vector<RequestOutput> a = (*overlapped)->generate(prompts, params);
   const std::vector<RequestOutput> b = (*plain)->generate(prompts, params);

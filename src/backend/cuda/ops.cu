@@ -229,38 +229,40 @@ __global__ void __launch_bounds__(kRmsThreads)
   }
 }
 
-// Short rows (n <= kRmsWarpMaxN, vector layout): one warp per row, 8 rows a block — the per-head q
-// norm has T x heads rows of 512, where a 256-thread block per row left half its threads idle and
-// paid a block-wide reduction per row. Lane l sums chunks l, l + 32, ... in order, then an xor
-// butterfly: fixed by n, like the block form (whose order it does not reproduce bit for bit).
+// Short rows (n <= kRmsWarpMaxN): one warp per row, 8 rows a block — the per-head q norm has
+// T x heads rows of 512, where a 256-thread block per row left half its threads idle and paid a
+// block-wide reduction per row. Lane l sums chunks l, l + 32, ... in order, then an xor butterfly:
+// fixed by n, like the block form (whose order it does not reproduce bit for bit), and the same for
+// the vector and scalar (unaligned) layouts, like the block form.
 constexpr int kRmsWarpMaxN = 2048;
 constexpr int kRmsWarpRows = 8;
-__global__ void __launch_bounds__(32 * kRmsWarpRows)
-    rms_norm_warp_kernel(const float* x, int M, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16) {
+__global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const float* x, int M, int n,
+                                                                          const float* weight, float eps, float* y_f32,
+                                                                          bf16* y_bf16, bool vec) {
   pdl_prologue();
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
   if (m >= M) return;
   const size_t row = static_cast<size_t>(m) * static_cast<size_t>(n);
   const float* xr = x + row;
-  const int chunks = n / 4;
+  const int chunks = ceil_div(n, 4);
   float ss = 0.0f;
   for (int c = lane; c < chunks; c += 32) {
-    const float4 v = load4(xr, c, n, true);
+    const float4 v = load4(xr, c, n, vec);
     ss = dot4(v, v, ss);
   }
   const float total = warp_sum(ss);
   const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
   __syncwarp();  // every lane has read its chunks before any lane rewrites them (y_f32 may alias x)
   for (int c = lane; c < chunks; c += 32) {
-    const float4 v = load4(xr, c, n, true);
+    const float4 v = load4(xr, c, n, vec);
     float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
     if (weight != nullptr) {
-      const float4 w = load4(weight, c, n, true);
+      const float4 w = load4(weight, c, n, vec);
       y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
     }
-    if (y_f32 != nullptr) store4(y_f32 + row, c, n, true, y);
-    if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, true, y);
+    if (y_f32 != nullptr) store4(y_f32 + row, c, n, vec, y);
+    if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, vec, y);
   }
 }
 
@@ -958,9 +960,9 @@ void rms_norm(const float* x, int M, int n, const float* weight, float eps, floa
   if (M <= 0 || n <= 0) return;
   const bool vec = n % 4 == 0 && aligned(x, 16) && (weight == nullptr || aligned(weight, 16)) &&
                    (y_f32 == nullptr || aligned(y_f32, 16)) && (y_bf16 == nullptr || aligned(y_bf16, 8));
-  if (vec && n <= kRmsWarpMaxN) {
+  if (n <= kRmsWarpMaxN) {
     rms_norm_warp_kernel<<<static_cast<unsigned>((M + kRmsWarpRows - 1) / kRmsWarpRows), 32 * kRmsWarpRows, 0, stream>>>(
-        x, M, n, weight, eps, y_f32, y_bf16);
+        x, M, n, weight, eps, y_f32, y_bf16, vec);
     return;
   }
   rms_norm_kernel<<<static_cast<unsigned>(M), kRmsThreads, 0, stream>>>(x, n, weight, eps, y_f32, y_bf16, vec);
