@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const deepinfer::EngineStats st = (*llm)->stats();
+  // The model directory's last component (for the JSON; no quotes or backslashes kept).
+  std::string model_name = o.model.empty() ? "default" : o.model;
+  while (model_name.size() > 1 && model_name.back() == '/') model_name.pop_back();
+  model_name = model_name.substr(model_name.find_last_of('/') + 1);
+  std::erase_if(model_name, [](char ch) { return ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 32; });
   if (!json) std::printf("model: %s\nstate cache: slot %lld bytes/request, page %lld bytes per %d positions, %d pages\n",
               (*llm)->description().c_str(), static_cast<long long>(st.slot_bytes), static_cast<long long>(st.page_bytes),
               st.block_size, st.num_blocks);
@@ -89,10 +94,10 @@ int main(int argc, char** argv) {
       tpot += r.time_per_output_token;
     }
     if (json)
-      std::printf("{\"bench\":\"engine\",\"device\":\"%s\",\"async\":%d,\"concurrency\":%d,\"prompt\":%d,"
+      std::printf("{\"bench\":\"engine\",\"model\":\"%s\",\"device\":\"%s\",\"async\":%d,\"concurrency\":%d,\"prompt\":%d,"
                   "\"output\":%d,\"wall_s\":%.4f,\"out_tok_s\":%.2f,\"total_tok_s\":%.2f,\"ttft_ms\":%.3f,"
                   "\"tpot_ms\":%.4f,\"steps\":%llu,\"overlapped_steps\":%llu}\n",
-                  (*llm)->stats().device.c_str(), o.async_scheduling ? 1 : 0, c, prompt_len, output_len, wall,
+                  model_name.c_str(), (*llm)->stats().device.c_str(), o.async_scheduling ? 1 : 0, c, prompt_len, output_len, wall,
                   out_tokens / wall, (out_tokens + static_cast<double>(c) * prompt_len) / wall, 1e3 * ttft / c,
                   1e3 * tpot / c, static_cast<unsigned long long>((*llm)->stats().steps - steps_before),
                   static_cast<unsigned long long>((*llm)->stats().overlapped_steps - overlapped_before));

@@ -77,14 +77,18 @@ def main():
         print()
     if engine:
         e0 = engine[0]
-        print("## Whole engine on the GPU (deepinfer_bench_engine --device cuda: scheduler, async loop, "
-              f"greedy on the GPU; the bf16 oracle checkpoint, {e0['prompt']}-token prompts, {e0['output']} output tokens)\n")
-        print("| concurrency | wall s | output tok/s per GPU | tok/s per user | total tok/s | TTFT ms | TPOT ms |")
-        print("|---|---|---|---|---|---|---|")
+        print("## Whole engine on the GPU (deepinfer_bench_engine --device cuda: scheduler, step thread, "
+              f"greedy on the GPU; model {e0.get('model', '?')}, {e0['prompt']}-token prompts, {e0['output']} output "
+              "tokens; async 1: asynchronous scheduling with greedy steps chained on the device, 0: one step at a "
+              "time)\n")
+        print("| async | concurrency | wall s | output tok/s per GPU | tok/s per user | total tok/s | TTFT ms | TPOT ms | "
+              "steps overlapped |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in engine:
             per_user = 1e3 / r["tpot_ms"] if r["tpot_ms"] > 0 else float("nan")
-            print(f"| {r['concurrency']} | {r['wall_s']:.2f} | {r['out_tok_s']:.0f} | {per_user:.0f} | {r['total_tok_s']:.0f} | "
-                  f"{r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} |")
+            print(f"| {r.get('async', 1)} | {r['concurrency']} | {r['wall_s']:.3f} | {r['out_tok_s']:.0f} | {per_user:.0f} | "
+                  f"{r['total_tok_s']:.0f} | {r['ttft_ms']:.1f} | {r['tpot_ms']:.3f} | "
+                  f"{r.get('overlapped_steps', '?')}/{r.get('steps', '?')} |")
         print()
     if attention:
         print("## Attention kernels, raw lines\n")
@@ -117,10 +121,13 @@ def main():
             fig.tight_layout(); fig.savefig(os.path.join(out, "pareto_decode.png"), dpi=110)
         if engine:
             fig, ax = plt.subplots(figsize=(6, 4))
-            pts = [(1e3 / r["tpot_ms"], r["out_tok_s"], r["concurrency"]) for r in engine if r["tpot_ms"] > 0]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="deepinfer engine (GPU)")
-            for x, y, c in pts:
-                ax.annotate(str(c), (x, y), fontsize=7)
+            for mode in sorted({r.get("async", 1) for r in engine}, reverse=True):
+                pts = [(1e3 / r["tpot_ms"], r["out_tok_s"], r["concurrency"]) for r in engine
+                       if r["tpot_ms"] > 0 and r.get("async", 1) == mode]
+                label = "deepinfer engine, steps chained on the GPU" if mode else "deepinfer engine, one step at a time"
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+                for x, y, c in pts:
+                    ax.annotate(str(c), (x, y), fontsize=7)
             ax.set_xlabel("tokens/s per user (1 / TPOT)")
             ax.set_ylabel("output tokens/s per GPU")
             ax.set_xscale("log"); ax.set_yscale("log"); ax.grid(True, which="both", alpha=.3)

@@ -96,10 +96,18 @@ if has bench; then
   stamp "model benchmark (v4-mid, random bf16 weights)"
   $build/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json ${MODEL_BENCH_ARGS:-} \
     >"$out/model.jsonl" 2>>"$out/bench.err" || { status=1; tail -5 "$out/bench.err"; }
-  if [ -x $build/deepinfer_bench_engine ] && [ -f "$oracle_dir/config.json" ]; then
-    stamp "engine benchmark (whole engine on the GPU, the oracle checkpoint, concurrency sweep)"
-    $build/deepinfer_bench_engine --model "$oracle_dir" --device cuda --json --prompt-len 512 --output-len 64 \
-      --max-concurrency 64 --cache-mib 16384 >"$out/engine.jsonl" 2>>"$out/bench.err" || { status=1; tail -5 "$out/bench.err"; }
+  if [ -x $build/deepinfer_bench_engine ]; then
+    # The oracle checkpoint (V4-Flash dimensions) when the oracle stage made one, else the repo's
+    # default model; steps chained on the device (async 1) and one at a time (async 0).
+    engine_model=$oracle_dir
+    [ -f "$oracle_dir/config.json" ] || engine_model=models/v4-code-19m
+    stamp "engine benchmark (whole engine on the GPU, $engine_model, concurrency sweep)"
+    : >"$out/engine.jsonl"
+    for async in 1 0; do
+      $build/deepinfer_bench_engine --model "$engine_model" --device cuda --json --prompt-len 512 --output-len 64 \
+        --max-concurrency 64 --cache-mib 16384 --async-scheduling $async >>"$out/engine.jsonl" 2>>"$out/bench.err" ||
+        { status=1; tail -5 "$out/bench.err"; }
+    done
   fi
   if [ -f "$shared/oracle/hf_baseline.py" ]; then
     stamp "peer: transformers (hf_baseline.py)"

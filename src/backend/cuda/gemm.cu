@@ -447,9 +447,20 @@ void launch(GemmParams p, int grouped_max_rows, cudaStream_t stream) {
 // group (grouped), `total_rows` the rows of the whole call. `tma`: the TMA + wgmma tiles can run
 // this call (K % 64 == 0, aligned operands, dense or stacked weights, an sm_90 device).
 int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan, bool tma) {
-  // Measured on the H200 (bench --configs): the 4-stage, 4-CTA/SM decode tile streams big weights
-  // faster (LM head 4.1 vs 3.5 TB/s, 4096x8192 2.3 vs 1.9), the 8-stage one small ones.
-  if (rows <= 16) return static_cast<long long>(N) * plan.num_chunks * 16 >= (16ll << 20) ? kM16N32S4 : kM16N32;
+  const long long k = static_cast<long long>(plan.num_chunks) * 16, weight_elems = static_cast<long long>(N) * k;
+  const bool grouped = total_rows > rows;
+  if (rows <= 16) {
+    // Measured on the H200 (bench --configs --ms 1,384,1536): the 64 x 128 TMA tile at two CTAs per
+    // SM streams a big expert stack faster than the decode tiles (32 experts of 4096 x 4096: 284 vs
+    // 330 us at 12 rows an expert, 16.6 vs 18.3 us for one row), and a long-K projection (4096 x
+    // 8192 at one row: 23.6 vs 27.4 us); smaller weights and the LM head stay on the decode tiles.
+    if (tma && ((grouped && weight_elems >= (16ll << 20)) ||
+                (!grouped && k >= 8192 && weight_elems <= (64ll << 20))))
+      return kWgmmaM64Cluster2;
+    // The 4-stage, 4-CTA/SM decode tile streams big weights faster (LM head 4.1 vs 3.5 TB/s,
+    // 4096x8192 2.3 vs 1.9), the 8-stage one small ones.
+    return weight_elems >= (16ll << 20) ? kM16N32S4 : kM16N32;
+  }
   if (rows > 64) {
     const long long sms = sm_count();
     const auto tiles = [&](int bm, int bn) { return (total_rows + bm - 1) / bm * ((N + bn - 1) / bn); };
@@ -462,7 +473,10 @@ int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan, 
     if (tiles(128, 256) >= sms) return plan.num_slices == 1 ? kM128N256 : kM128N256Fold;
     if (tiles(128, 128) >= sms) return plan.num_slices == 1 ? kM128N128 : kM128N128Fold;
   }
-  return tma ? kWgmmaM64Cluster : kM64N64;
+  // Between decode and big tiles: the two-CTA/SM form of the 64-row TMA tile beat the one-CTA form
+  // on every shape measured (384 rows: 15.5 vs 19.2 us for 1024 x 4096, 284 vs 327 us for 32
+  // experts of 4096 x 4096; 1536 rows of 512 x 4096: 28.5 vs 33.1 us).
+  return tma ? kWgmmaM64Cluster2 : kM64N64;
 }
 
 // kNone configs cannot combine slices: with S > 1 they are replaced by the same tile with the fold.
