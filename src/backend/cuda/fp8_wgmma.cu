@@ -17,11 +17,13 @@
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/tma_common.cuh"
 
 namespace deepinfer::backend::cuda::fp8::tma {
 namespace {
 
 using namespace gemm_common;
+using namespace tma_common;
 
 constexpr int kBlockK = 128;  // k per tile = per scale block = bytes per smem row
 constexpr int kBM = 64, kBN = 128;
@@ -60,46 +62,6 @@ struct Params {
   int slice_blocks, num_slices;
   int m_tiles, n_tiles;
 };
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-          "r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr) {
-  uint64_t desc = static_cast<uint64_t>((addr & 0x3FFFFu) >> 4);
-  desc |= static_cast<uint64_t>(16u >> 4) << 16;
-  desc |= static_cast<uint64_t>(1024u >> 4) << 32;
-  desc |= uint64_t{1} << 62;
-  return desc;
-}
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 
 // d[64 x 128] += A[64 x 32] * B[128 x 32]^T, e4m3 codes K-major in shared memory (FP8 wgmma has no
 // transpose operands). Fragment: d[4 j + 2 h + e] is (row 16 warp + lane / 4 + 8 h, column
@@ -216,11 +178,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((t / kStages) & 1));
       const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * kStageBytes);
       const uint64_t desc_a = smem_descriptor(a_tile), desc_b = smem_descriptor(a_tile + kATileBytes);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockK / 32; ++kk) wgmma_e4m3_m64n128k32(part, desc_a + 2 * kk, desc_b + 2 * kk);
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      wgmma_commit();
+      wgmma_wait<0>();
       fence_registers(part);
       if (lane == 0) mbar_arrive(empty_bar + 8 * stage);
       // Promotion: acc + P_b * (sa * sw), each operation rounded on its own.
@@ -285,24 +247,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiledFn encoder() {
-  static EncodeTiledFn fn = [] {
-    void* q = nullptr;
-    cudaDriverEntryPointQueryResult result{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &q, 12000, cudaEnableDefault, &result) !=
-            cudaSuccess ||
-        result != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      q = nullptr;
-    }
-    return reinterpret_cast<EncodeTiledFn>(q);
-  }();
-  return fn;
-}
-
 // Byte matrix [rows, K] as a 2D map with boxes of 128 bytes x box_rows rows, 128B swizzle, zeros outside.
 CUtensorMap make_map(const uint8_t* base, long long rows, int K, int box_rows) {
   CUtensorMap map;

@@ -28,11 +28,13 @@
 
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/tma_common.cuh"
 
 namespace deepinfer::backend::cuda::wgmma_path {
 namespace {
 
 using namespace gemm_common;
+using namespace tma_common;
 
 constexpr int kTileK = 64;
 constexpr int kStepsPerTile = 4;  // k16 steps
@@ -79,72 +81,6 @@ struct Params {
   int num_ktiles, slice_ktiles, num_slices;
   int m_tiles, n_tiles;
 };
-
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers (sm_90).
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile(
-      "{\n"
-      ".reg .b64 state;\n"
-      "mbarrier.arrive.shared::cta.b64 state, [%0];\n"
-      "}\n" ::"r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile(
-      "{\n"
-      ".reg .b64 state;\n"
-      "mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n"
-      "}\n" ::"r"(bar),
-      "r"(bytes)
-      : "memory");
-}
-// Waits until the phase with the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// 2D TMA load of the box at (c0 = k, c1 = row) of `map` into shared memory; completes on `bar`.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-          "r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from moving accumulator reads/writes across wgmma_wait (the tensor cores
-// write the registers asynchronously).
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr) {
-  uint64_t desc = static_cast<uint64_t>((addr & 0x3FFFFu) >> 4);
-  desc |= static_cast<uint64_t>(16u >> 4) << 16;
-  desc |= static_cast<uint64_t>(1024u >> 4) << 32;
-  desc |= uint64_t{1} << 62;
-  return desc;
-}
 
 // d[64 x 128] += A[64 x 16] * B[128 x 16]^T, both K-major in shared memory, fp32 accumulate.
 // Fragment: d[4 j + 2 h + e] is (row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e).
@@ -444,26 +380,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
-
-// cuTensorMapEncodeTiled, fetched from the driver through the runtime (no link against libcuda).
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiledFn encoder() {
-  static EncodeTiledFn fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult result{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &result) !=
-            cudaSuccess ||
-        result != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<EncodeTiledFn>(p);
-  }();
-  return fn;
-}
 
 // Row-major bf16 [rows, K] as a 2D tensor map with boxes of 64 k x box_rows rows, 128B swizzle,
 // zeros outside.
