@@ -325,40 +325,43 @@ TEST(CudaModel, BadInputIsAnErrorNamingIt) {
   EXPECT_EQ(logits.size(), static_cast<size_t>(c.vocab_size));
 }
 
-// Weights as an FP8 checkpoint has them: every GEMM weight that the release quantizes the input
-// of is rounded through FP8 (blocks of 128 along each row, power-of-two scales) and flagged, so
-// release numerics FP8-quantize those GEMMs' inputs on both backends.
-void make_fp8_checkpoint(ModelWeights& w) {
-  auto q = [](model::Matrix& m) {
-    for (int r = 0; r < m.rows; ++r) model::fp8_round_trip(&m.data[static_cast<size_t>(r) * m.cols], m.cols, 128);
+// Calls q on every GEMM weight that an FP8 checkpoint stores as FP8 (release numerics quantize
+// those GEMMs' inputs), and flags it.
+template <class Q>
+void for_fp8_checkpoint_weights(ModelWeights& w, Q q) {
+  auto flag = [&](model::Matrix& m) {
+    q(m);
     m.quantized = true;
   };
   for (model::LayerWeights& L : w.layers) {
-    q(L.wq_a);
-    q(L.wq_b);
-    q(L.wkv);
-    q(L.wo_b);
-    if (L.has_indexer) q(L.indexer.wq_b);
+    flag(L.wq_a);
+    flag(L.wq_b);
+    flag(L.wkv);
+    flag(L.wo_b);
+    if (L.has_indexer) flag(L.indexer.wq_b);
     for (model::ExpertWeights& e : L.experts) {
-      q(e.w1);
-      q(e.w2);
-      q(e.w3);
+      flag(e.w1);
+      flag(e.w2);
+      flag(e.w3);
     }
-    q(L.shared.w1);
-    q(L.shared.w2);
-    q(L.shared.w3);
+    flag(L.shared.w1);
+    flag(L.shared.w2);
+    flag(L.shared.w3);
   }
 }
 
-// Release numerics on the GPU against the CPU's (itself checked against DeepSeek's official code:
-// docs/numerics.md). Release numerics are chaotic (an FP8 rounding turns a one-ulp difference into
-// a 1/16 step), so the bound is the model's own amplification of a one-ulp nudge, measured on the
-// CPU in the same test; the GPU's remaining differences are summation orders and its bf16
-// attention probabilities.
+// Weights as an FP8 checkpoint has them, rounded through FP8 in blocks of 128 along each row
+// (power-of-two scales).
+void make_fp8_checkpoint(ModelWeights& w) {
+  for_fp8_checkpoint_weights(w, [](model::Matrix& m) {
+    for (int r = 0; r < m.rows; ++r) model::fp8_round_trip(&m.data[static_cast<size_t>(r) * m.cols], m.cols, 128);
+  });
+}
+
 // The released checkpoints' FP8 layout instead: one power-of-two scale per 128 x 128 block (what
 // CudaModelOptions::fp8_gemm recovers), on the same projections.
 void make_fp8_block_checkpoint(ModelWeights& w) {
-  auto q = [](model::Matrix& m) {
+  for_fp8_checkpoint_weights(w, [](model::Matrix& m) {
     for (int r0 = 0; r0 < m.rows; r0 += 128)
       for (int c0 = 0; c0 < m.cols; c0 += 128) {
         const int r1 = std::min(m.rows, r0 + 128), c1 = std::min(m.cols, c0 + 128);
@@ -372,25 +375,14 @@ void make_fp8_block_checkpoint(ModelWeights& w) {
             v = model::round_e4m3(v / scale) * scale;
           }
       }
-    m.quantized = true;
-  };
-  for (model::LayerWeights& L : w.layers) {
-    q(L.wq_a);
-    q(L.wq_b);
-    q(L.wkv);
-    q(L.wo_b);
-    if (L.has_indexer) q(L.indexer.wq_b);
-    for (model::ExpertWeights& e : L.experts) {
-      q(e.w1);
-      q(e.w2);
-      q(e.w3);
-    }
-    q(L.shared.w1);
-    q(L.shared.w2);
-    q(L.shared.w3);
-  }
+  });
 }
 
+// Release numerics on the GPU against the CPU's (itself checked against DeepSeek's official code:
+// docs/numerics.md). Release numerics are chaotic (an FP8 rounding turns a one-ulp difference into
+// a 1/16 step), so the bound is the model's own amplification of a one-ulp nudge, measured on the
+// CPU in the same test; the GPU's remaining differences are summation orders and its bf16
+// attention probabilities.
 void release_vs_cpu(const ModelConfig& c, uint64_t seed, int tokens, size_t chunk, int blocks, const char* what,
                     model::KvCacheDtype kv = model::KvCacheDtype::kBF16, bool fp8_gemm = false) {
   ModelWeights w = model::default_model_weights(c, seed);
