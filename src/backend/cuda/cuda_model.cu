@@ -231,6 +231,7 @@ struct CudaModel::Impl {
   uint64_t epoch = 1;
   bool graphs_broken = false;  // a capture failed once: run eagerly from then on
   uint64_t replays = 0;
+  CudaModel::Tap tap;  // diagnostics (CudaModel::set_tap)
 
   ~Impl() {
     for (auto& [b, g] : graphs)
@@ -817,7 +818,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   // size replays for any positions. Kernels skip the padding (v4_kernels.h); bounds change which
   // CTA computes a value, never its arithmetic (attention.h), so padded and unpadded steps agree bit
   // for bit.
-  bool padded = opt.cuda_graphs && !graphs_broken && S <= opt.max_graph_batch;
+  bool padded = opt.cuda_graphs && !graphs_broken && S <= opt.max_graph_batch && !tap;
   for (size_t i = 0; i < batch.size() && padded; ++i)
     padded = batch[i].tokens.size() == 1 && batch[i].logits == model::LogitRows::kLast;
   const int max_pages = shape.page_bytes > 0 ? (max_model_len + shape.block_size - 1) / shape.block_size : 0;
@@ -978,6 +979,36 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   if (c.index_topk > 0)
     DI_RETURN_IF_ERROR(ensure_capacity(&topk_ws, &topk_ws_bytes, topk_workspace_bytes(T, std::max(max_keys, 1), c.index_topk)));
 
+  // Diagnostics (set_tap; never while recording a graph): the device tensor to the host as fp32,
+  // through the tap, and back.
+  Status tap_status = Status::ok();
+  std::vector<float> tap_host;
+  std::vector<bf16> tap_bf16;
+  // (Each returns its first failure; tap_status keeps the step's first one.)
+  auto tap_io = [&](int layer, const char* what, void* dev, size_t n, bool is_bf16) -> Status {
+    const size_t bytes = n * (is_bf16 ? sizeof(bf16) : sizeof(float));
+    tap_host.resize(n);
+    if (is_bf16) tap_bf16.resize(n);
+    void* host = is_bf16 ? static_cast<void*>(tap_bf16.data()) : static_cast<void*>(tap_host.data());
+    DI_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s), "tap"));
+    DI_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "tap"));
+    if (is_bf16)
+      for (size_t i = 0; i < n; ++i) tap_host[i] = __bfloat162float(tap_bf16[i]);
+    std::string name = std::to_string(layer);  // "L{layer}.{what}" (built in steps: GCC 12's
+    name.insert(0, 1, 'L');                      // -Wrestrict misfires on the chained +)
+    name.append(1, '.').append(what);
+    tap(name, tap_host.data(), n);
+    if (is_bf16)
+      for (size_t i = 0; i < n; ++i) tap_bf16[i] = __float2bfloat16_rn(tap_host[i]);
+    return cuda_status(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), "tap");
+  };
+  auto tap_f32 = [&](int layer, const char* what, float* dev, size_t n) {
+    if (tap && tap_status.is_ok()) (void)(tap_status = tap_io(layer, what, dev, n, false));
+  };
+  auto tap_bf = [&](int layer, const char* what, bf16* dev, size_t n) {
+    if (tap && tap_status.is_ok()) (void)(tap_status = tap_io(layer, what, dev, n, true));
+  };
+
   // Everything from here to the logits copy is launches only (no allocation, no synchronization),
   // so it can be recorded into a CUDA graph.
   auto enqueue = [&]() {
@@ -1034,6 +1065,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
            post, comb, hc_ws, s);
     rb(collapsed, static_cast<size_t>(T) * D);
     rms_norm(collapsed, T, D, L.attn_norm, eps, nullptr, normed, s);
+    tap_bf(l, "attn_in", normed, static_cast<size_t>(T) * D);
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
     proj(normed, T, D, L.wq_a, c.q_lora_rank, qr);
     rb(qr, static_cast<size_t>(T) * c.q_lora_rank);
@@ -1168,14 +1200,17 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     merge_groups(zo, T, G, OR, zo_bf, s);
     proj(zo_bf, T, G * OR, L.wo_b, D, sub_out);
     rb(sub_out, static_cast<size_t>(T) * D);
+    tap_f32(l, "attn_out", sub_out, static_cast<size_t>(T) * D);
     hc_post(X, sub_out, T, hc, D, post, comb, s);
     rb(X, static_cast<size_t>(T) * hc * D);
+    tap_f32(l, "h_mid", X, static_cast<size_t>(T) * hc * D);
 
     // MoE block (DeepSeekV4::moe).
     hc_pre(X, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post,
            comb, hc_ws, s);
     rb(collapsed, static_cast<size_t>(T) * D);
     rms_norm(collapsed, T, D, L.ffn_norm, eps, nullptr, normed, s);
+    tap_bf(l, "ffn_in", normed, static_cast<size_t>(T) * D);
     const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
     const int inter_s = c.shared_intermediate();
     const float limit = static_cast<float>(c.swiglu_limit);
@@ -1220,8 +1255,10 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       moe_combine(y, row_of, route_sel, nullptr, ys, T, K, D, sub_out, s);
       round_bf16(sub_out, static_cast<size_t>(T) * D, s);
     }
+    tap_f32(l, "ffn_out", sub_out, static_cast<size_t>(T) * D);
     hc_post(X, sub_out, T, hc, D, post, comb, s);
     rb(X, static_cast<size_t>(T) * hc * D);
+    tap_f32(l, "h_out", X, static_cast<size_t>(T) * hc * D);
   }
   // Head: only the rows that produce logits.
   if (NR > 0) {
@@ -1276,6 +1313,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
   }
   if (!ran) enqueue();
+  DI_RETURN_IF_ERROR(tap_status);
   // Outputs out. Logits have one host buffer: only synchronous steps (forward) ask for them.
   if (want_logits && NR > 0)
     cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(NR) * c.vocab_size * sizeof(float), cudaMemcpyDeviceToHost, s);
@@ -1439,5 +1477,6 @@ const ModelConfig& CudaModel::config() const { return impl_->config; }
 const model::StateCacheShape& CudaModel::cache_shape() const { return impl_->shape; }
 size_t CudaModel::weight_bytes() const { return impl_->weights_arena.bytes(); }
 uint64_t CudaModel::graph_replays() const { return impl_->replays; }
+void CudaModel::set_tap(Tap tap) { impl_->tap = std::move(tap); }
 
 }  // namespace deepinfer::backend::cuda

@@ -111,6 +111,15 @@ class CudaModel {
   // Decode steps that ran as a CUDA graph replay so far (observability, tests).
   uint64_t graph_replays() const;
 
+  // Diagnostics, model::DeepSeekV4::set_tap's contract on the GPU: when set, forward() runs eagerly
+  // (no graphs) and hands the tap, on the host and as fp32, the step's "L{l}.attn_in" [T, D],
+  // "L{l}.attn_out", "L{l}.h_mid" [T, hc, D], "L{l}.ffn_in", "L{l}.ffn_out" and "L{l}.h_out", each
+  // at the point where the CPU taps it; what the tap leaves in the buffer goes back to the device
+  // (converted to the tensor's device type: bf16 for attn_in / ffn_in), so a test can feed an
+  // outside reference's activations in. Synchronizes at every tap; for tests only.
+  using Tap = model::DeepSeekV4::Tap;
+  void set_tap(Tap tap);
+
   struct Impl;
 
  private:
