@@ -108,6 +108,18 @@ TEST(CudaModel, MatchesTheCpuBackendWithRealIndexerSelection) {
   embedded_vs_cpu(0);
 }
 
+// A 120-token prompt's logits are bitwise the same in one prefill as in chunks of 1 (token-by-token
+// decode), 7 and 32 tokens.
+void expect_chunkings_bitwise_equal(CudaModel& gpu, int vocab, unsigned seed, int blocks, const std::string& what) {
+  const std::vector<int32_t> seq = random_tokens(120, vocab, seed);
+  const std::vector<float> whole = gpu_logits(gpu, seq, 0, 0, blocks);
+  for (size_t chunk : {1u, 7u, 32u}) {
+    const std::vector<float> parts = gpu_logits(gpu, seq, chunk, 0, blocks);
+    ASSERT_EQ(parts.size(), whole.size());
+    EXPECT_EQ(std::memcmp(parts.data(), whole.data(), whole.size() * 4), 0) << what << "chunk " << chunk;
+  }
+}
+
 TEST(CudaModel, PrefillChunkedAndDecodeAreBitwiseEqual) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ModelConfig c = model::default_model_config();
@@ -117,14 +129,8 @@ TEST(CudaModel, PrefillChunkedAndDecodeAreBitwiseEqual) {
   for (model::Numerics numerics : {model::Numerics::kExact, model::Numerics::kRelease}) {
     auto gpu = CudaModel::create(c, w, numerics, opt);
     ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-    const std::vector<int32_t> seq = random_tokens(120, c.vocab_size, 3);
-    const std::vector<float> whole = gpu_logits(**gpu, seq, 0, 0, opt.num_blocks);
-    for (size_t chunk : {1u, 7u, 32u}) {
-      const std::vector<float> parts = gpu_logits(**gpu, seq, chunk, 0, opt.num_blocks);
-      ASSERT_EQ(parts.size(), whole.size());
-      EXPECT_EQ(std::memcmp(parts.data(), whole.data(), whole.size() * 4), 0)
-          << model::numerics_name(numerics) << ", chunk " << chunk;
-    }
+    expect_chunkings_bitwise_equal(**gpu, c.vocab_size, 3, opt.num_blocks,
+                                   std::string(model::numerics_name(numerics)) + ", ");
   }
 }
 
@@ -450,13 +456,7 @@ TEST(CudaModel, Fp8GemmKeepsPrefillChunkedAndDecodeBitwiseEqual) {
   opt.fp8_gemm = true;
   auto gpu = CudaModel::create(c, w, model::Numerics::kRelease, opt);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-  const std::vector<int32_t> seq = random_tokens(120, c.vocab_size, 4);
-  const std::vector<float> whole = gpu_logits(**gpu, seq, 0, 0, opt.num_blocks);
-  for (size_t chunk : {1u, 7u, 32u}) {
-    const std::vector<float> parts = gpu_logits(**gpu, seq, chunk, 0, opt.num_blocks);
-    ASSERT_EQ(parts.size(), whole.size());
-    EXPECT_EQ(std::memcmp(parts.data(), whole.data(), whole.size() * 4), 0) << "chunk " << chunk;
-  }
+  expect_chunkings_bitwise_equal(**gpu, c.vocab_size, 4, opt.num_blocks, "");
 }
 
 // The FP8 KV cache (FP8 KV rows, FP4 indexer keys) on the GPU: encoded as the CPU encodes them and
@@ -482,14 +482,8 @@ TEST(CudaModel, Fp8KvCacheKeepsPrefillChunkedAndDecodeBitwiseEqual) {
     opt.kv_cache_dtype = model::KvCacheDtype::kFP8;
     auto gpu = CudaModel::create(c, w, numerics, opt);
     ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-    const std::vector<int32_t> seq = random_tokens(120, c.vocab_size, 3);
-    const std::vector<float> whole = gpu_logits(**gpu, seq, 0, 0, opt.num_blocks);
-    for (size_t chunk : {1u, 7u, 32u}) {
-      const std::vector<float> parts = gpu_logits(**gpu, seq, chunk, 0, opt.num_blocks);
-      ASSERT_EQ(parts.size(), whole.size());
-      EXPECT_EQ(std::memcmp(parts.data(), whole.data(), whole.size() * 4), 0)
-          << model::numerics_name(numerics) << ", chunk " << chunk;
-    }
+    expect_chunkings_bitwise_equal(**gpu, c.vocab_size, 3, opt.num_blocks,
+                                   std::string(model::numerics_name(numerics)) + ", ");
   }
   CudaModelOptions small;
   small.kv_cache_dtype = model::KvCacheDtype::kFP8;

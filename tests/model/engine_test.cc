@@ -81,6 +81,15 @@ SamplingParams greedy(int max_tokens) {
   return p;
 }
 
+// The engine on the GPU, or null where the build has no CUDA backend or the machine no GPU (the
+// error then has to say CUDA).
+std::unique_ptr<LLM> cuda_engine_or_none(const EngineOptions& o) {
+  auto gpu = LLM::create(o);
+  if (gpu.is_ok()) return std::move(gpu).value();
+  EXPECT_NE(gpu.status().message().find("CUDA"), std::string::npos) << gpu.status().to_string();
+  return nullptr;
+}
+
 // Greedy with nothing to report but the tokens: the CUDA engine takes these on the device.
 SamplingParams plain_greedy(int max_tokens) {
   SamplingParams p = greedy(max_tokens);
@@ -222,11 +231,8 @@ TEST(Engine, CudaGreedyOnTheDeviceIsBatchInvariant) {
   o.max_num_seqs = 8;
   o.cache_bytes = 256ll << 20;
   o.device = "cuda";
-  auto gpu = LLM::create(o);
-  if (!gpu.is_ok()) {
-    EXPECT_NE(gpu.status().message().find("CUDA"), std::string::npos) << gpu.status().to_string();
-    return;
-  }
+  std::unique_ptr<LLM> gpu = cuda_engine_or_none(o);
+  if (!gpu) return;
   o.kv_cache_dtype = "fp8";
   auto fp8 = LLM::create(o);
   ASSERT_FALSE(fp8.is_ok());
@@ -234,16 +240,16 @@ TEST(Engine, CudaGreedyOnTheDeviceIsBatchInvariant) {
   std::mt19937 rng(21);
   std::vector<Prompt> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(Prompt::from_token_ids(random_prompt(rng, 10 + 13 * i, 8192)));
-  const std::vector<RequestOutput> together = (*gpu)->generate(prompts, plain_greedy(24));
+  const std::vector<RequestOutput> together = gpu->generate(prompts, plain_greedy(24));
   ASSERT_EQ(together.size(), prompts.size());
   for (size_t i = 0; i < prompts.size(); i += 3) {
-    const RequestOutput alone = (*gpu)->generate({prompts[i]}, plain_greedy(24))[0];
+    const RequestOutput alone = gpu->generate({prompts[i]}, plain_greedy(24))[0];
     ASSERT_TRUE(alone.finished) << alone.error;
     EXPECT_EQ(alone.token_ids, together[i].token_ids) << "prompt " << i;
   }
   SamplingParams with_logprobs = plain_greedy(24);
   with_logprobs.logprobs = 0;
-  const RequestOutput host = (*gpu)->generate({prompts[1]}, with_logprobs)[0];
+  const RequestOutput host = gpu->generate({prompts[1]}, with_logprobs)[0];
   EXPECT_EQ(host.token_ids, together[1].token_ids);
   EXPECT_EQ(host.logprobs.size(), host.token_ids.size());
 }
@@ -259,11 +265,8 @@ TEST(Engine, CudaOverlapsGreedyStepsOnTheDeviceWithIdenticalOutputs) {
   o.max_num_seqs = 4;
   o.cache_bytes = 256ll << 20;
   o.device = "cuda";
-  auto overlapped = LLM::create(o);
-  if (!overlapped.is_ok()) {
-    EXPECT_NE(overlapped.status().message().find("CUDA"), std::string::npos) << overlapped.status().to_string();
-    return;
-  }
+  std::unique_ptr<LLM> overlapped = cuda_engine_or_none(o);
+  if (!overlapped) return;
   o.async_scheduling = false;
   auto plain = LLM::create(o);
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
@@ -275,7 +278,7 @@ TEST(Engine, CudaOverlapsGreedyStepsOnTheDeviceWithIdenticalOutputs) {
     // request 5 asks for logprobs: its steps sample on the host, between device-chained ones
     params.push_back(i == 5 ? greedy(20) : plain_greedy(i == 2 ? 5 : 20));
   }
-  const std::vector<RequestOutput> a = (*overlapped)->generate(prompts, params);
+  const std::vector<RequestOutput> a = overlapped->generate(prompts, params);
   const std::vector<RequestOutput> b = (*plain)->generate(prompts, params);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -283,7 +286,7 @@ TEST(Engine, CudaOverlapsGreedyStepsOnTheDeviceWithIdenticalOutputs) {
     EXPECT_EQ(a[i].token_ids, b[i].token_ids) << "prompt " << i;
   }
   EXPECT_EQ(a[2].token_ids.size(), 5u);
-  EXPECT_GT((*overlapped)->stats().overlapped_steps, 10u);
+  EXPECT_GT(overlapped->stats().overlapped_steps, 10u);
   EXPECT_EQ((*plain)->stats().overlapped_steps, 0u);
 }
 

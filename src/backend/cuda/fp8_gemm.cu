@@ -207,14 +207,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kerne
   const uint8_t* w;
   const float* sw;
   if constexpr (kGrouped) {
-    int group, group_tile;
-    if (!locate_group_tile<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group,
-                                     group_tile))
+    int group;
+    if (!locate_group_rows<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group, row_begin,
+                                     row_end))
       return;  // the whole cluster shares blockIdx.y, so it leaves together
     n_tile = tile_index;
-    const int group_end = p.row_offsets[group + 1];
-    row_begin = p.row_offsets[group] + group_tile * BM;
-    row_end = min(group_end, row_begin + BM);
     w = p.group_w[group];
     sw = p.group_sw[group];
   } else {
@@ -514,14 +511,11 @@ __global__ void __launch_bounds__(DecodeCfg::kThreads, 2) fp8_decode_kernel(cons
   const uint8_t* w;
   const float* sw;
   if constexpr (kGrouped) {
-    int group, group_tile;
-    if (!locate_group_tile<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group,
-                                     group_tile))
+    int group;
+    if (!locate_group_rows<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group, row_begin,
+                                     row_end))
       return;
     n_tile = tile_index;
-    const int group_end = p.row_offsets[group + 1];
-    row_begin = p.row_offsets[group] + group_tile * BM;
-    row_end = min(group_end, row_begin + BM);
     w = p.group_w[group];
     sw = p.group_sw[group];
   } else {

@@ -166,16 +166,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
   int n_tile, row_begin, row_end;
   const bf16* w;
   if constexpr (kGrouped) {
-    int group, group_tile;
+    int group;
     grid_dependency_wait();  // the row offsets come from earlier kernels (a no-op without PDL)
     // Same (blockIdx.y) for all CTAs of a cluster, so the whole cluster leaves together.
-    if (!locate_group_tile<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group,
-                                     group_tile))
+    if (!locate_group_rows<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group, row_begin,
+                                     row_end))
       return;
     n_tile = tile_index;
-    const int group_end = p.row_offsets[group + 1];
-    row_begin = p.row_offsets[group] + group_tile * BM;
-    row_end = min(group_end, row_begin + BM);
     w = p.group_weights ? p.group_weights[group] : p.w + group * p.group_stride;
   } else {
     const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);

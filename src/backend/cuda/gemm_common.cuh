@@ -136,6 +136,16 @@ __device__ bool locate_group_tile(const int* row_offsets, int num_groups, int bm
   tile = found_tile;
   return group >= 0;
 }
+// locate_group_tile, and the tile's rows: [row_begin, row_end) of the row-stacked input, at most bm.
+template <int kThreads>
+__device__ bool locate_group_rows(const int* row_offsets, int num_groups, int bm, int slot, int& group,
+                                  int& row_begin, int& row_end) {
+  int tile;
+  if (!locate_group_tile<kThreads>(row_offsets, num_groups, bm, slot, group, tile)) return false;
+  row_begin = row_offsets[group] + tile * bm;
+  row_end = min(row_offsets[group + 1], row_begin + bm);
+  return true;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The slice partials of a cluster meet (the tiles that spread K slices over the CTAs of a

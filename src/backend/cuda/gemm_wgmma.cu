@@ -209,14 +209,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   int n_tile, row_begin, row_end, w_row_begin;
   if constexpr (kGrouped) {
-    int group, group_tile;
+    int group;
     // Same blockIdx.y for every CTA of a cluster, so a whole cluster leaves together.
-    if (!locate_group_tile<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group,
-                                     group_tile))
+    if (!locate_group_rows<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group, row_begin,
+                                     row_end))
       return;
     n_tile = tile_index;
-    row_begin = p.row_offsets[group] + group_tile * BM;
-    row_end = min(p.row_offsets[group + 1], row_begin + BM);
     w_row_begin = group * p.N + n_tile * BN;  // rows of the stacked weights
   } else {
     const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);

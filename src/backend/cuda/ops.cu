@@ -199,25 +199,22 @@ __global__ void __launch_bounds__(kCopyThreads)
 
 constexpr int kRmsThreads = 256;  // part of the reduction order: fixed
 
-__global__ void __launch_bounds__(kRmsThreads)
-    rms_norm_kernel(const float* x, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16, bool vec) {
-  pdl_prologue();
-  __shared__ float scratch[kRmsThreads / 32];
-  const size_t row = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(n);
-  const float* xr = x + row;
+// The two halves of an RMS norm row shared by the block and warp forms: this thread's sum of
+// squares over chunks first, first + stride, ... (in order), then those chunks scaled by r (and the
+// weight) and stored. Every thread rewrites only the chunks it read, so y_f32 may alias x.
+__device__ __forceinline__ float rms_partial_sum(const float* xr, int n, bool vec, int first, int stride) {
   const int chunks = ceil_div(n, 4);
-  const int tid = static_cast<int>(threadIdx.x);
   float ss = 0.0f;
-  for (int c = tid; c < chunks; c += kRmsThreads) {
+  for (int c = first; c < chunks; c += stride) {
     const float4 v = load4(xr, c, n, vec);
     ss = dot4(v, v, ss);
   }
-  const float total = block_sum<kRmsThreads>(ss, scratch);
-  // Same expression as the CPU reference: IEEE division and square root.
-  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
-  // Each thread rereads and rewrites only its own chunks, after the barrier in block_sum: y_f32
-  // may alias x.
-  for (int c = tid; c < chunks; c += kRmsThreads) {
+  return ss;
+}
+__device__ __forceinline__ void rms_scale_store(const float* xr, size_t row, int n, float r, const float* weight,
+                                                float* y_f32, bf16* y_bf16, bool vec, int first, int stride) {
+  const int chunks = ceil_div(n, 4);
+  for (int c = first; c < chunks; c += stride) {
     const float4 v = load4(xr, c, n, vec);
     float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
     if (weight != nullptr) {
@@ -227,6 +224,19 @@ __global__ void __launch_bounds__(kRmsThreads)
     if (y_f32 != nullptr) store4(y_f32 + row, c, n, vec, y);
     if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, vec, y);
   }
+}
+
+__global__ void __launch_bounds__(kRmsThreads)
+    rms_norm_kernel(const float* x, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16, bool vec) {
+  pdl_prologue();
+  __shared__ float scratch[kRmsThreads / 32];
+  const size_t row = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(n);
+  const int tid = static_cast<int>(threadIdx.x);
+  const float total = block_sum<kRmsThreads>(rms_partial_sum(x + row, n, vec, tid, kRmsThreads), scratch);
+  // Same expression as the CPU reference: IEEE division and square root.
+  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
+  // (After the barrier in block_sum: every thread has read its chunks.)
+  rms_scale_store(x + row, row, n, r, weight, y_f32, y_bf16, vec, tid, kRmsThreads);
 }
 
 // Short rows (n <= kRmsWarpMaxN): one warp per row, 8 rows a block — the per-head q norm has
@@ -244,26 +254,10 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const 
   const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
   if (m >= M) return;
   const size_t row = static_cast<size_t>(m) * static_cast<size_t>(n);
-  const float* xr = x + row;
-  const int chunks = ceil_div(n, 4);
-  float ss = 0.0f;
-  for (int c = lane; c < chunks; c += 32) {
-    const float4 v = load4(xr, c, n, vec);
-    ss = dot4(v, v, ss);
-  }
-  const float total = warp_sum(ss);
+  const float total = warp_sum(rms_partial_sum(x + row, n, vec, lane, 32));
   const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
   __syncwarp();  // every lane has read its chunks before any lane rewrites them (y_f32 may alias x)
-  for (int c = lane; c < chunks; c += 32) {
-    const float4 v = load4(xr, c, n, vec);
-    float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
-    if (weight != nullptr) {
-      const float4 w = load4(weight, c, n, vec);
-      y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
-    }
-    if (y_f32 != nullptr) store4(y_f32 + row, c, n, vec, y);
-    if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, vec, y);
-  }
+  rms_scale_store(x + row, row, n, r, weight, y_f32, y_bf16, vec, lane, 32);
 }
 
 // ---------------------------------------------------------------------------------------------
