@@ -407,6 +407,13 @@ void DeepSeekV4::attention(const LayerWeights& L, int layer, const Step& st, Sta
         std::sort(idx.begin(), idx.end());  // attend in row order: a fixed summation order
         selected[b + t] = std::move(idx);
       }
+      if (tap_) {  // observation only: [n, index_topk], ascending, -1 past the visible rows
+        std::vector<float> ids(static_cast<size_t>(n) * c.index_topk, -1.0f);
+        for (int t = 0; t < n; ++t)
+          for (size_t j = 0; j < selected[b + t].size(); ++j)
+            ids[static_cast<size_t>(t) * c.index_topk + j] = static_cast<float>(selected[b + t][j]);
+        tap(layer, "isel", ids.data(), ids.size());
+      }
     }
   }
 

@@ -57,7 +57,8 @@ class DeepSeekV4 {
   // Diagnostics: when set, forward() hands the tap the step's intermediate activations, all tokens
   // at once, before they are used: per layer l "L{l}.attn_in" [T, D] (normed attention input),
   // "L{l}.qr" [T, q_lora], "L{l}.q" [T, H, head] (after RoPE), "L{l}.kv" [T, head], "L{l}.iq"
-  // [T, index heads, index dim] and "L{l}.iw" [T, index heads] (CSA layers), "L{l}.o" [T, H, head]
+  // [T, index heads, index dim], "L{l}.iw" [T, index heads] and "L{l}.isel" [n, index_topk] (CSA
+  // layers; isel once per sequence: selected rows ascending, -1 padded), "L{l}.o" [T, H, head]
   // (attention output), "L{l}.o_rot" (after the inverse RoPE), "L{l}.zo" [T, groups * o_lora],
   // "L{l}.attn_out" [T, D], "L{l}.h_mid" [T, hc, D] (streams after attention), "L{l}.ffn_in",
   // "L{l}.moe_w" / "L{l}.moe_i" [T, top-k] (routing weights, expert ids), "L{l}.ffn_out",

@@ -1008,6 +1008,19 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   auto tap_bf = [&](int layer, const char* what, bf16* dev, size_t n) {
     if (tap && tap_status.is_ok()) (void)(tap_status = tap_io(layer, what, dev, n, true));
   };
+  // Index lists (observation only: the tap sees them as floats, nothing goes back).
+  auto tap_ints = [&](int layer, const char* what, const int32_t* dev, size_t n) {
+    if (!tap || !tap_status.is_ok()) return;
+    std::vector<int32_t> ids(n);
+    (void)(tap_status = cuda_status(cudaMemcpyAsync(ids.data(), dev, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s), "tap"));
+    if (tap_status.is_ok()) (void)(tap_status = cuda_status(cudaStreamSynchronize(s), "tap"));
+    if (!tap_status.is_ok()) return;
+    tap_host.assign(ids.begin(), ids.end());
+    std::string name = std::to_string(layer);
+    name.insert(0, 1, 'L');
+    name.append(1, '.').append(what);
+    tap(name, tap_host.data(), n);
+  };
 
   // Everything from here to the logits copy is launches only (no allocation, no synchronization),
   // so it can be recorded into a CUDA graph.
@@ -1070,6 +1083,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     proj(normed, T, D, L.wq_a, c.q_lora_rank, qr);
     rb(qr, static_cast<size_t>(T) * c.q_lora_rank);
     rms_norm(qr, T, c.q_lora_rank, L.q_norm, eps, nullptr, qr_bf, s);
+    tap_bf(l, "qr", qr_bf, static_cast<size_t>(T) * c.q_lora_rank);
     proj(qr_bf, T, c.q_lora_rank, L.wq_b, H * hd, q);
     if (rel) {
       round_bf16(q, static_cast<size_t>(T) * H * hd, s);
@@ -1079,6 +1093,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
     rope(q, T, H, hd, st.pos, rope_t, rd, rope_f, false, s);
     to_bf16(q, static_cast<size_t>(T) * H * hd, q_bf, s);
+    tap_bf(l, "q", q_bf, static_cast<size_t>(T) * H * hd);
     // The shared KV head.
     proj(normed, T, D, L.wkv, hd, kv);
     rb(kv, static_cast<size_t>(T) * hd);
@@ -1086,6 +1101,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     rb(kv, static_cast<size_t>(T) * hd);
     rope(kv, T, 1, hd, st.pos, rope_t, rd, rope_f, false, s);
     to_bf16(kv, static_cast<size_t>(T) * hd, kv_bf, s);
+    tap_bf(l, "kv", kv_bf, static_cast<size_t>(T) * hd);
     // Compressed rows of windows that close in this step (DeepSeekV4::compress).
     auto run_compressor = [&](const DevCompressor& dc, const model::CompressorSlotLayout& sl, const CompressPlan& cp,
                               size_t page_offset, int dims, bool index_key) {
@@ -1144,6 +1160,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
           hadamard_rows_bf16(qi, T * nI, ih, 1.0f / std::sqrt(static_cast<float>(ih)), s);
         }
         to_bf16(qi, nq, qi_bf, s);
+        tap_bf(l, "iq", qi_bf, nq);
         gemm(normed, T, D, L.index_weights_proj.w, nI, wts, s);
         if (rel) {  // both scales folded into the weights, in bf16 (the official code's order)
           round_bf16(wts, static_cast<size_t>(T) * nI, s);
@@ -1153,6 +1170,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         } else {
           scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), s);
         }
+        tap_f32(l, "iw", wts, static_cast<size_t>(T) * nI);
         fill_key_rows(st, meta_ptr<int>(cp.off_kseq), cp.max_keys_per_seq, ratio, CL.index_keys, CL.rows_per_page,
                       shape.index_row.bytes(), keys, s);
         const auto* keys_bf = reinterpret_cast<const bf16* const*>(keys);
@@ -1172,6 +1190,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         topk_select(scores, T, stride, meta_ptr<int>(cp.off_nkeys), std::max(cp.max_keys, 1), c.index_topk, selected,
                     nullptr, topk_ws, s);
         sel = selected;
+        tap_ints(l, "isel", selected, static_cast<size_t>(T) * c.index_topk);
       }
     }
     const RowPlan& rp = row_plans.at({static_cast<int>(kind), ratio});
@@ -1192,12 +1211,14 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
                CL.window, s);
     // V carried RoPE: rotate the output back by the query position.
     rb(o, static_cast<size_t>(T) * H * hd);
+    tap_f32(l, "o", o, static_cast<size_t>(T) * H * hd);
     rope(o, T, H, hd, st.pos, rope_t, rd, rope_f, true, s);
     // Grouped low-rank output projection.
     const int G = c.o_groups, gw = H * hd / G, OR = c.o_lora_rank;
     split_groups(o, T, G, gw, og, s);
     grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo, s);
     merge_groups(zo, T, G, OR, zo_bf, s);
+    tap_bf(l, "zo", zo_bf, static_cast<size_t>(T) * G * OR);
     proj(zo_bf, T, G * OR, L.wo_b, D, sub_out);
     rb(sub_out, static_cast<size_t>(T) * D);
     tap_f32(l, "attn_out", sub_out, static_cast<size_t>(T) * D);
@@ -1220,6 +1241,8 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
                                                                                 : Scoring::kSoftmax;
     moe_route(gate_logits, T, E, K, scoring, L.gate_bias, L.tid2eid, d_tokens,
               static_cast<float>(c.routed_scaling_factor), route_sel, route_w, s);
+    tap_f32(l, "moe_w", route_w, static_cast<size_t>(T) * K);
+    tap_ints(l, "moe_i", route_sel, static_cast<size_t>(T) * K);
     moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
     if (!rel) {
       gather_rows(normed, perm_token, T * K, D, xin, s);

@@ -113,7 +113,9 @@ class CudaModel {
 
   // Diagnostics, model::DeepSeekV4::set_tap's contract on the GPU: when set, forward() runs eagerly
   // (no graphs) and hands the tap, on the host and as fp32, the step's "L{l}.attn_in" [T, D],
-  // "L{l}.attn_out", "L{l}.h_mid" [T, hc, D], "L{l}.ffn_in", "L{l}.ffn_out" and "L{l}.h_out", each
+  // "L{l}.attn_out", "L{l}.h_mid" [T, hc, D], "L{l}.ffn_in", "L{l}.ffn_out" and "L{l}.h_out", and
+  // inside the blocks "qr", "q", "kv", "iq", "iw", "isel", "o" (before the inverse RoPE), "zo",
+  // "moe_w", "moe_i" (as the CPU names them; index lists are observation only), each
   // at the point where the CPU taps it; what the tap leaves in the buffer goes back to the device
   // (converted to the tensor's device type: bf16 for attn_in / ffn_in), so a test can feed an
   // outside reference's activations in. Synchronizes at every tap; for tests only.
