@@ -3,6 +3,8 @@
 // invariance (a token's bits alone vs inside larger batches). Skipped without a CUDA device.
 //
 // Tolerances (q, rows and keys are bf16, so products are exact and only the summation differs):
+//  * sink_attention with AttnProbabilities::kBf16HiLo (release numerics): P carried as bf16 hi + lo
+//    (~2^-17 relative), so max |err| <= 5e-5 * max|v| and rms(err) <= 6e-5 * rms(ref).
 //  * sink_attention: the kernel rounds the softmax numerators P to bf16 (relative error <= 2^-9)
 //    before P V, and the denominator is the sum of the same rounded values. That bounds the error
 //    by ~2 * 2^-9 * max|v| = 3.9e-3 * max|v|; per (token, head) we require
@@ -139,7 +141,8 @@ AttnBatch make_attn_batch(int H, int d, const std::vector<int>& row_counts, floa
 }
 
 // Runs sink_attention on tokens [first, first + count) of the batch; returns out [count, H, d].
-std::vector<float> run_sink_attention(const AttnBatch& b, int first, int count, int max_rows) {
+std::vector<float> run_sink_attention(const AttnBatch& b, int first, int count, int max_rows,
+                                      AttnProbabilities probs = AttnProbabilities::kBf16) {
   DeviceArray<uint16_t> q(std::vector<uint16_t>(b.q.bits.begin() + static_cast<size_t>(first) * b.H * b.d,
                                                 b.q.bits.begin() + static_cast<size_t>(first + count) * b.H * b.d));
   DeviceArray<uint16_t> pool(b.pool.bits);
@@ -159,7 +162,7 @@ std::vector<float> run_sink_attention(const AttnBatch& b, int first, int count, 
   DeviceArray<unsigned char> ws(ws_bytes);
   CUDA_CHECK(cudaMemset(d_out.get(), 0xff, d_out.size() * sizeof(float)));  // NaN: unwritten outputs show
   sink_attention(as_bf16(q), count, b.H, b.d, d_ptrs.get(), d_begin.get(), max_rows, d_sinks.get(), b.scale,
-                 d_out.get(), ws.get(), nullptr);
+                 d_out.get(), ws.get(), nullptr, probs);
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaDeviceSynchronize());
   return d_out.download();
@@ -216,9 +219,14 @@ HeadError head_error(const float* got, const double* ref, int d) {
 bool within_tolerance(const HeadError& e, double vmax) {
   return e.finite && e.max_abs <= 4e-3 * vmax + 1e-6 && e.rms_err <= 5e-3 * e.rms_ref + 1e-7;
 }
+// kBf16HiLo: P to ~2^-17 relative, so 80x tighter than the bf16-P bound (and fp32 sums beside).
+bool within_hilo_tolerance(const HeadError& e, double vmax) {
+  return e.finite && e.max_abs <= 5e-5 * vmax + 1e-7 && e.rms_err <= 6e-5 * e.rms_ref + 1e-8;
+}
 
 // Compares token t of `got` (the output of a call whose first token is `first`) with the reference.
-void expect_token_matches(const AttnBatch& b, const std::vector<float>& got, int first, int t) {
+void expect_token_matches(const AttnBatch& b, const std::vector<float>& got, int first, int t,
+                          AttnProbabilities probs = AttnProbabilities::kBf16) {
   const std::vector<double> ref = sink_attention_ref(b, t);
   const float* g = got.data() + static_cast<size_t>(t - first) * b.H * b.d;
   const int n = b.row_begin[t + 1] - b.row_begin[t];
@@ -233,7 +241,8 @@ void expect_token_matches(const AttnBatch& b, const std::vector<float>& got, int
   int bad = 0;
   for (int h = 0; h < b.H; ++h) {
     const HeadError e = head_error(g + static_cast<size_t>(h) * b.d, ref.data() + static_cast<size_t>(h) * b.d, b.d);
-    if (!within_tolerance(e, vmax) && ++bad <= 5)
+    const bool ok = probs == AttnProbabilities::kBf16HiLo ? within_hilo_tolerance(e, vmax) : within_tolerance(e, vmax);
+    if (!ok && ++bad <= 5)
       ADD_FAILURE() << "token " << t << " (" << n << " rows) head " << h << " sink " << b.sinks[h]
                     << ": max|err| " << e.max_abs << " rms err " << e.rms_err << " rms ref " << e.rms_ref
                     << (e.finite ? "" : " NON-FINITE");
@@ -256,6 +265,30 @@ TEST_P(SinkAttentionCuda, MatchesDoubleReference) {
   const AttnBatch b = make_attn_batch(c.H, c.d, c.rows, c.scale, 1234u + static_cast<unsigned>(c.d * 7 + c.H));
   const std::vector<float> got = run_sink_attention(b, 0, b.T, b.max_rows);
   for (int t = 0; t < b.T; ++t) expect_token_matches(b, got, 0, t);
+}
+
+// Release numerics' probabilities (bf16 hi + lo): within the tight bound on every shape.
+TEST_P(SinkAttentionCuda, HiLoProbabilitiesMatchDoubleReferenceTightly) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const AttnCase& c = GetParam();
+  const AttnBatch b = make_attn_batch(c.H, c.d, c.rows, c.scale, 1234u + static_cast<unsigned>(c.d * 7 + c.H));
+  const std::vector<float> got = run_sink_attention(b, 0, b.T, b.max_rows, AttnProbabilities::kBf16HiLo);
+  for (int t = 0; t < b.T; ++t) expect_token_matches(b, got, 0, t, AttnProbabilities::kBf16HiLo);
+}
+
+// ... and that bound is one plain bf16 probabilities do not meet (the hi/lo split is what passes it).
+TEST(SinkAttentionCudaMeta, HiLoBoundRejectsBf16Probabilities) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const AttnBatch b = make_attn_batch(64, 512, {640, 2177}, 0.04419417f, 5u);
+  const std::vector<float> got = run_sink_attention(b, 0, b.T, b.max_rows, AttnProbabilities::kBf16);
+  for (int t = 0; t < b.T; ++t) {
+    const std::vector<double> ref = sink_attention_ref(b, t);
+    int flagged = 0;
+    for (int h = 0; h < b.H; ++h)
+      flagged += !within_hilo_tolerance(
+          head_error(got.data() + (static_cast<size_t>(t) * b.H + h) * b.d, ref.data() + h * b.d, b.d), 1.0);
+    EXPECT_GE(flagged, b.H / 2) << "token " << t << ": heads where bf16 P breaks the hi/lo bound";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -298,23 +331,23 @@ std::vector<int> random_row_counts(int T, int max_rows, unsigned seed) {
 // A token's output alone (T = 1, with max_rows = its own row count) is bitwise identical to the
 // same token inside T = 37 and T = 200 calls (which also use other head-block sizes), and
 // repeated calls are bitwise identical.
-void check_batch_invariance(int max_rows, unsigned seed) {
+void check_batch_invariance(int max_rows, unsigned seed, AttnProbabilities probs = AttnProbabilities::kBf16) {
   const AttnBatch b = make_attn_batch(64, 512, random_row_counts(200, max_rows, seed), 0.1f, seed);
   const size_t per_token = static_cast<size_t>(b.H) * b.d;
-  const std::vector<float> all = run_sink_attention(b, 0, 200, b.max_rows);
-  const std::vector<float> again = run_sink_attention(b, 0, 200, b.max_rows);
+  const std::vector<float> all = run_sink_attention(b, 0, 200, b.max_rows, probs);
+  const std::vector<float> again = run_sink_attention(b, 0, 200, b.max_rows, probs);
   EXPECT_EQ(std::memcmp(all.data(), again.data(), all.size() * sizeof(float)), 0) << "run-to-run";
-  const std::vector<float> first37 = run_sink_attention(b, 0, 37, b.max_rows);
+  const std::vector<float> first37 = run_sink_attention(b, 0, 37, b.max_rows, probs);
   for (int t = 0; t < 37; ++t)
     EXPECT_EQ(std::memcmp(first37.data() + t * per_token, all.data() + t * per_token, per_token * sizeof(float)), 0)
         << "token " << t << " (" << b.row_begin[t + 1] - b.row_begin[t] << " rows): T=37 vs T=200";
   for (int t : {0, 1, 5, 10, 17, 36, 99, 150, 199}) {
     const int n = b.row_begin[t + 1] - b.row_begin[t];
-    const std::vector<float> alone = run_sink_attention(b, t, 1, n);
+    const std::vector<float> alone = run_sink_attention(b, t, 1, n, probs);
     EXPECT_EQ(std::memcmp(alone.data(), all.data() + t * per_token, per_token * sizeof(float)), 0)
         << "token " << t << " (" << n << " rows): T=1 vs T=200";
   }
-  for (int t : {0, 5, 36, 199}) expect_token_matches(b, all, 0, t);  // and the batch is right
+  for (int t : {0, 5, 36, 199}) expect_token_matches(b, all, 0, t, probs);  // and the batch is right
 }
 
 TEST(SinkAttentionCudaInvariance, Decode640Rows) {
@@ -325,6 +358,11 @@ TEST(SinkAttentionCudaInvariance, Decode640Rows) {
 TEST(SinkAttentionCudaInvariance, ManySplits2177Rows) {
   SKIP_WITHOUT_CUDA_DEVICE();
   check_batch_invariance(2177, 8u);
+}
+
+TEST(SinkAttentionCudaInvariance, HiLoProbabilities2177Rows) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_batch_invariance(2177, 9u, AttnProbabilities::kBf16HiLo);
 }
 
 // ---- indexer scores --------------------------------------------------------------------------

@@ -420,25 +420,28 @@ TEST_P(SinkAttentionFp8Cuda, EqualsBf16AttentionOnDecodedRows) {
   const size_t out_n = static_cast<size_t>(T) * c.H * c.d;
   DeviceArray<float> d_out_bf16(out_n), d_out_fp8(out_n);
   DeviceArray<unsigned char> ws(sink_attention_workspace_bytes(T, c.H, c.d, max_rows));
-  CUDA_CHECK(cudaMemset(d_out_bf16.get(), 0xff, out_n * sizeof(float)));
-  CUDA_CHECK(cudaMemset(d_out_fp8.get(), 0xff, out_n * sizeof(float)));
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  sink_attention(as_bf16(d_q), T, c.H, c.d, d_ptr_bf16.get(), d_begin.get(), max_rows, d_sinks.get(), scale,
-                 d_out_bf16.get(), ws.get(), nullptr);
-  sync_and_check();
-  sink_attention_fp8(as_bf16(d_q), T, c.H, c.d, c.rope_dims, d_ptr_fp8.get(), d_begin.get(), max_rows, d_sinks.get(),
-                     scale, d_out_fp8.get(), ws.get(), nullptr);
-  sync_and_check();
-  const std::vector<float> want = d_out_bf16.download(), got = d_out_fp8.download();
-  int bad = 0, nonfinite = 0;
-  for (size_t i = 0; i < out_n; ++i) {
-    if (!std::isfinite(want[i])) ++nonfinite;
-    if (float_bits(got[i]) != float_bits(want[i]) && ++bad <= 8)
-      ADD_FAILURE() << "token " << i / (static_cast<size_t>(c.H) * c.d) << " head " << i / c.d % c.H << " dim "
-                    << i % c.d << ": fp8 " << got[i] << " bf16 " << want[i];
+  for (AttnProbabilities probs : {AttnProbabilities::kBf16, AttnProbabilities::kBf16HiLo}) {
+    SCOPED_TRACE(probs == AttnProbabilities::kBf16 ? "bf16 probabilities" : "hi/lo probabilities");
+    CUDA_CHECK(cudaMemset(d_out_bf16.get(), 0xff, out_n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d_out_fp8.get(), 0xff, out_n * sizeof(float)));
+    sink_attention(as_bf16(d_q), T, c.H, c.d, d_ptr_bf16.get(), d_begin.get(), max_rows, d_sinks.get(), scale,
+                   d_out_bf16.get(), ws.get(), nullptr, probs);
+    sync_and_check();
+    sink_attention_fp8(as_bf16(d_q), T, c.H, c.d, c.rope_dims, d_ptr_fp8.get(), d_begin.get(), max_rows,
+                       d_sinks.get(), scale, d_out_fp8.get(), ws.get(), nullptr, probs);
+    sync_and_check();
+    const std::vector<float> want = d_out_bf16.download(), got = d_out_fp8.download();
+    int bad = 0, nonfinite = 0;
+    for (size_t i = 0; i < out_n; ++i) {
+      if (!std::isfinite(want[i])) ++nonfinite;
+      if (float_bits(got[i]) != float_bits(want[i]) && ++bad <= 8)
+        ADD_FAILURE() << "token " << i / (static_cast<size_t>(c.H) * c.d) << " head " << i / c.d % c.H << " dim "
+                      << i % c.d << ": fp8 " << got[i] << " bf16 " << want[i];
+    }
+    EXPECT_EQ(bad, 0) << "of " << out_n << " outputs";
+    EXPECT_EQ(nonfinite, 0) << "the bf16 reference has non-finite outputs";
   }
-  EXPECT_EQ(bad, 0) << "of " << out_n << " outputs";
-  EXPECT_EQ(nonfinite, 0) << "the bf16 reference has non-finite outputs";
 }
 
 std::vector<int> counts(int T, int lo, int hi, unsigned seed) {

@@ -11,6 +11,10 @@
 //     S [heads x 64] = q K^T       warps split heads x rows; fp32 scores stay in registers
 //     online softmax               per-head tile max via shared memory; P = exp2(S - m) as bf16
 //     O [heads x d] += P V         warps split d; O stays in registers (128 floats per thread)
+//   kBf16HiLo (release numerics, whose softmax is fp32): P is kept as two bf16 tiles, hi = bf16(P)
+//   and lo = bf16(P - hi) (~16 significant bits together), and O += P_hi V, then O += P_lo V (a
+//   second pass over the tile): twice the P V tensor work, P's rounding error 2^-9 -> ~2^-17
+//   relative. l sums hi + lo (exact in fp32).
 //   FP8 rows (sink_attention_fp8): the raw bytes are cp.async'd into the second row buffer, then
 //   decoded into the first (one more barrier per tile); from there on everything is the bf16 path.
 //   A token's rows are cut into splits whose size is a function of its row count alone
@@ -210,7 +214,7 @@ struct SinkAttentionParams {
 };
 
 // Shared-memory layout and warp roles of one (d, heads-per-CTA) instance.
-template <int D, int kMTiles>
+template <int D, int kMTiles, bool kSplitP = false>
 struct AttnLayout {
   static_assert(D % 64 == 0 && D >= 64 && D <= 512, "head dim must be a multiple of 64 up to 512");
   static_assert(kMTiles == 1 || kMTiles == 2 || kMTiles == 4, "16, 32 or 64 heads per CTA");
@@ -230,7 +234,8 @@ struct AttnLayout {
   // Byte offsets (all multiples of 16).
   static constexpr size_t kRowsOffset = size_t{kHeads} * kPitch * 2;
   static constexpr size_t kPOffset = kRowsOffset + size_t{2} * kTileRows * kPitch * 2;
-  static constexpr size_t kRedOffset = kPOffset + size_t{kHeads} * kPPitch * 2;
+  static constexpr size_t kPLoOffset = kPOffset + size_t{kHeads} * kPPitch * 2;  // kSplitP: P - bf16(P)
+  static constexpr size_t kRedOffset = kPLoOffset + (kSplitP ? size_t{kHeads} * kPPitch * 2 : 0);
   static constexpr size_t kStatsOffset = kRedOffset + size_t{kSRowGroups} * kHeads * 4;
   static constexpr size_t kPtrOffset = kStatsOffset + size_t{4} * kHeads * 4;
   static constexpr size_t kBytes = kPtrOffset + size_t{2} * kTileRows * sizeof(void*);
@@ -241,10 +246,10 @@ struct AttnLayout {
 // kFp8: rows are FP8 KV rows. Their raw bytes are staged (cp.async) in the second row buffer,
 // then decoded to bf16 into the first: one bf16 tile buffer, the same tile contents and the same
 // compute as for bf16 rows holding the decoded values.
-template <int D, int kMTiles, bool kFp8>
+template <int D, int kMTiles, bool kFp8, bool kSplitP>
 __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const SinkAttentionParams p) {
   pdl_prologue();
-  using L = AttnLayout<D, kMTiles>;
+  using L = AttnLayout<D, kMTiles, kSplitP>;
   constexpr int kHeads = L::kHeads;
   constexpr int kPitch = L::kPitch;
   constexpr int kPPitch = L::kPPitch;
@@ -253,6 +258,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
   bf16* q_s = reinterpret_cast<bf16*>(smem);                            // [kHeads][kPitch]
   bf16* rows_s = reinterpret_cast<bf16*>(smem + L::kRowsOffset);        // [2][kTileRows][kPitch]
   bf16* p_s = reinterpret_cast<bf16*>(smem + L::kPOffset);              // [kHeads][kPPitch]
+  [[maybe_unused]] bf16* plo_s = reinterpret_cast<bf16*>(smem + L::kPLoOffset);  // kSplitP: low parts
   float* red_max = reinterpret_cast<float*>(smem + L::kRedOffset);      // [kSRowGroups][kHeads]
   float* m_run = reinterpret_cast<float*>(smem + L::kStatsOffset);      // [kHeads] running max (log2)
   float* l_run = m_run + kHeads;                                        // [kHeads] running sum of P
@@ -444,8 +450,12 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
         for (int nt = 0; nt < L::kSNt; ++nt) {
           const float p0 = exp2f(s[mt][nt][half * 2] - m_new);
           const float p1 = exp2f(s[mt][nt][half * 2 + 1] - m_new);
-          *reinterpret_cast<__nv_bfloat162*>(p_s + h * kPPitch + s_row0 + nt * 8 + (lane % 4) * 2) =
-              __floats2bfloat162_rn(p0, p1);
+          const int at = h * kPPitch + s_row0 + nt * 8 + (lane % 4) * 2;
+          const __nv_bfloat162 hi = __floats2bfloat162_rn(p0, p1);
+          *reinterpret_cast<__nv_bfloat162*>(p_s + at) = hi;
+          if constexpr (kSplitP)  // the rounding error, itself in bf16: hi + lo carries ~16 bits of P
+            *reinterpret_cast<__nv_bfloat162*>(plo_s + at) =
+                __floats2bfloat162_rn(__fsub_rn(p0, __low2float(hi)), __fsub_rn(p1, __high2float(hi)));
         }
       }
     __syncthreads();  // (C) P complete
@@ -458,14 +468,28 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
       const uint4* prow = reinterpret_cast<const uint4*>(p_s + h * kPPitch + quarter * 16);
       const uint4 lo = prow[0], hi = prow[1];
       const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      [[maybe_unused]] uint32_t lo_words[8] = {};
+      if constexpr (kSplitP) {
+        const uint4* plo = reinterpret_cast<const uint4*>(plo_s + h * kPPitch + quarter * 16);
+        const uint4 a = plo[0], b = plo[1];
+        const uint32_t w8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        for (int w = 0; w < 8; ++w) lo_words[w] = w8[w];
+      }
       float sum = 0.0f;
 #pragma unroll
       for (int w = 0; w < 8; ++w) {
         __nv_bfloat162 pair;
         static_assert(sizeof(pair) == sizeof(uint32_t));
         memcpy(&pair, &words[w], sizeof(pair));
-        sum += __low2float(pair);
-        sum += __high2float(pair);
+        if constexpr (kSplitP) {  // hi + lo is exact in fp32 (at most 17 significant bits)
+          __nv_bfloat162 low;
+          memcpy(&low, &lo_words[w], sizeof(low));
+          sum += __fadd_rn(__low2float(pair), __low2float(low));
+          sum += __fadd_rn(__high2float(pair), __high2float(low));
+        } else {
+          sum += __low2float(pair);
+          sum += __high2float(pair);
+        }
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
@@ -494,27 +518,32 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
           o[mt][nt][half * 2 + 1] *= alpha;
         }
       }
+    // kSplitP: a second pass over the tile with the low parts (same registers as the first).
+#pragma unroll 1
+    for (int pass = 0; pass < (kSplitP ? 2 : 1); ++pass) {
+      const bf16* p_src = pass == 0 ? p_s : plo_s;
 #pragma unroll
-    for (int ks = 0; ks < kTileRows / 16; ++ks) {
-      uint32_t a[kMTiles][4];
+      for (int ks = 0; ks < kTileRows / 16; ++ks) {
+        uint32_t a[kMTiles][4];
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(a[mt], p_s + (mt * 16 + a_row) * kPPitch + ks * 16 + a_col);
-      const bf16* v_frag = tile + (ks * 16 + v_row) * kPitch + o_col0;
+        for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(a[mt], p_src + (mt * 16 + a_row) * kPPitch + ks * 16 + a_col);
+        const bf16* v_frag = tile + (ks * 16 + v_row) * kPitch + o_col0;
 #pragma unroll
-      for (int np = 0; np < L::kONt / 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, v_frag + np * 16 + v_col);
+        for (int np = 0; np < L::kONt / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, v_frag + np * 16 + v_col);
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_bf16_16816(o[mt][2 * np], a[mt], b[0], b[1]);
-          mma_bf16_16816(o[mt][2 * np + 1], a[mt], b[2], b[3]);
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma_bf16_16816(o[mt][2 * np], a[mt], b[0], b[1]);
+            mma_bf16_16816(o[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
         }
-      }
-      if constexpr (L::kONt % 2 == 1) {
-        uint32_t b[2];
-        ldmatrix_x2_trans(b, v_frag + (L::kONt - 1) * 8);
+        if constexpr (L::kONt % 2 == 1) {
+          uint32_t b[2];
+          ldmatrix_x2_trans(b, v_frag + (L::kONt - 1) * 8);
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) mma_bf16_16816(o[mt][L::kONt - 1], a[mt], b[0], b[1]);
+          for (int mt = 0; mt < kMTiles; ++mt) mma_bf16_16816(o[mt][L::kONt - 1], a[mt], b[0], b[1]);
+        }
       }
     }
     if (tid < kTileRows) ptr_s[(t % 2) * kTileRows + tid] = prefetch_ptr;  // tile t+2's pointers
@@ -586,20 +615,20 @@ __global__ void __launch_bounds__(128) sink_attention_combine_kernel(const SinkA
   }
 }
 
-template <int D, int kMTiles, bool kFp8>
+template <int D, int kMTiles, bool kFp8, bool kSplitP>
 void launch_sink_attention(const SinkAttentionParams& p, int grid, cudaStream_t stream) {
-  using L = AttnLayout<D, kMTiles>;
-  CUDA_CHECK(cudaFuncSetAttribute(sink_attention_kernel<D, kMTiles, kFp8>,
+  using L = AttnLayout<D, kMTiles, kSplitP>;
+  CUDA_CHECK(cudaFuncSetAttribute(sink_attention_kernel<D, kMTiles, kFp8, kSplitP>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kBytes)));
-  sink_attention_kernel<D, kMTiles, kFp8><<<grid, kAttnThreads, L::kBytes, stream>>>(p);
+  sink_attention_kernel<D, kMTiles, kFp8, kSplitP><<<grid, kAttnThreads, L::kBytes, stream>>>(p);
 }
 
-template <int D, bool kFp8>
+template <int D, bool kFp8, bool kSplitP>
 void launch_sink_attention_dim(int m_tiles, const SinkAttentionParams& p, int grid, cudaStream_t stream) {
   switch (m_tiles) {
-    case 1: return launch_sink_attention<D, 1, kFp8>(p, grid, stream);
-    case 2: return launch_sink_attention<D, 2, kFp8>(p, grid, stream);
-    default: return launch_sink_attention<D, 4, kFp8>(p, grid, stream);
+    case 1: return launch_sink_attention<D, 1, kFp8, kSplitP>(p, grid, stream);
+    case 2: return launch_sink_attention<D, 2, kFp8, kSplitP>(p, grid, stream);
+    default: return launch_sink_attention<D, 4, kFp8, kSplitP>(p, grid, stream);
   }
 }
 
@@ -1136,7 +1165,7 @@ namespace {
 // rope_dims < 0: bf16 rows; otherwise FP8 rows of kv_fp8_row_bytes(d, rope_dims) bytes.
 void sink_attention_any(const bf16* q, int T, int H, int d, int rope_dims, const void* const* rows,
                         const int* row_begin, int max_rows, const float* sinks, float scale, float* out,
-                        void* workspace, cudaStream_t stream) {
+                        void* workspace, cudaStream_t stream, AttnProbabilities probs) {
   if (T <= 0) return;
   ATTN_REQUIRE(H >= 1 && d % 64 == 0 && d >= 64 && d <= 512 && max_rows >= 0);
   const bool fp8 = rope_dims >= 0;
@@ -1186,11 +1215,16 @@ void sink_attention_any(const bf16* q, int T, int H, int d, int rope_dims, const
     p.row_begin = row_begin + t0;
     p.out = out + static_cast<size_t>(t0) * H * d;
     const int grid = tokens * max_splits * head_blocks;
+    const bool split_p = probs == AttnProbabilities::kBf16HiLo;
     dispatch_size<64, 64, 512>(d, [&]<int D>() {
-      if (fp8)
-        launch_sink_attention_dim<D, true>(m_tiles, p, grid, stream);
+      if (fp8 && split_p)
+        launch_sink_attention_dim<D, true, true>(m_tiles, p, grid, stream);
+      else if (fp8)
+        launch_sink_attention_dim<D, true, false>(m_tiles, p, grid, stream);
+      else if (split_p)
+        launch_sink_attention_dim<D, false, true>(m_tiles, p, grid, stream);
       else
-        launch_sink_attention_dim<D, false>(m_tiles, p, grid, stream);
+        launch_sink_attention_dim<D, false, false>(m_tiles, p, grid, stream);
     });
     if (max_splits > 1) sink_attention_combine_kernel<<<dim3(tokens, H), 128, 0, stream>>>(p, d);
   }
@@ -1221,17 +1255,18 @@ void indexer_scores_any(const bf16* q, const float* weights, int T, int heads, i
 }  // namespace
 
 void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows, const int* row_begin, int max_rows,
-                    const float* sinks, float scale, float* out, void* workspace, cudaStream_t stream) {
+                    const float* sinks, float scale, float* out, void* workspace, cudaStream_t stream,
+                    AttnProbabilities probs) {
   sink_attention_any(q, T, H, d, -1, reinterpret_cast<const void* const*>(rows), row_begin, max_rows, sinks, scale,
-                     out, workspace, stream);
+                     out, workspace, stream, probs);
 }
 
 void sink_attention_fp8(const bf16* q, int T, int H, int d, int rope_dims, const uint8_t* const* rows,
                         const int* row_begin, int max_rows, const float* sinks, float scale, float* out,
-                        void* workspace, cudaStream_t stream) {
+                        void* workspace, cudaStream_t stream, AttnProbabilities probs) {
   ATTN_REQUIRE(rope_dims >= 0);
   sink_attention_any(q, T, H, d, rope_dims, reinterpret_cast<const void* const*>(rows), row_begin, max_rows, sinks,
-                     scale, out, workspace, stream);
+                     scale, out, workspace, stream, probs);
 }
 
 void indexer_scores(const bf16* q, const float* weights, int T, int heads, int dim, const bf16* const* keys,

@@ -31,9 +31,14 @@ using bf16 = __nv_bfloat16;
 // tests use 64 and 512), H is 64 (any H >= 1). max_rows: host bound on any token's row count.
 // `workspace` (>= sink_attention_workspace_bytes(T, H, d, max_rows) bytes, 256-byte aligned) holds
 // split partial results.
+// The probabilities exp(s_r - mx) enter the P V product as bf16 (kBf16: relative error <= 2^-9 each;
+// the denominator sums the same bf16 values) or as bf16 hi + lo pairs (kBf16HiLo: ~2^-17, twice the
+// P V tensor work; what release numerics uses, the official code's softmax being fp32).
+enum class AttnProbabilities { kBf16, kBf16HiLo };
 size_t sink_attention_workspace_bytes(int T, int H, int d, int max_rows);
 void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows, const int* row_begin, int max_rows,
-                    const float* sinks, float scale, float* out, void* workspace, cudaStream_t stream);
+                    const float* sinks, float scale, float* out, void* workspace, cudaStream_t stream,
+                    AttnProbabilities probs = AttnProbabilities::kBf16);
 
 // sink_attention over FP8 KV rows (model::KvRowFormat with kFP8, dims d, `rope_dims` RoPE dims:
 // kv_fp8_row_bytes(d, rope_dims) bytes, kv_fp8.h), decoded to bf16 while loading. Bitwise equal to
@@ -42,7 +47,7 @@ void sink_attention(const bf16* q, int T, int H, int d, const bf16* const* rows,
 // size that is a multiple of 8 bytes (584 for d = 512, rope_dims = 64); every row pointer 8-byte aligned.
 void sink_attention_fp8(const bf16* q, int T, int H, int d, int rope_dims, const uint8_t* const* rows,
                         const int* row_begin, int max_rows, const float* sinks, float scale, float* out,
-                        void* workspace, cudaStream_t stream);
+                        void* workspace, cudaStream_t stream, AttnProbabilities probs = AttnProbabilities::kBf16);
 
 // Lightning-indexer scores (q: [T, heads, dim] bf16; weights: [T, heads] fp32; token t's keys are
 // keys[key_begin[t] + w] for w < num_keys[t], each `dim` bf16 values):

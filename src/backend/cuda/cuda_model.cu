@@ -1200,12 +1200,14 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, chunk_rows, shape.kv_row.bytes(), sel, c.index_topk,
                         CL.rows, CL.rows_per_page, rows, s);
     const float ascale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // Release numerics: the official softmax is fp32; bf16 probabilities alone move a block by ~1%.
+    const AttnProbabilities probs = rel ? AttnProbabilities::kBf16HiLo : AttnProbabilities::kBf16;
     if (fp8_cache)
       sink_attention_fp8(q_bf, T, H, hd, rd, reinterpret_cast<const uint8_t* const*>(rows), meta_ptr<int>(rp.off),
-                         std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s);
+                         std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s, probs);
     else
       sink_attention(q_bf, T, H, hd, reinterpret_cast<const bf16* const*>(rows), meta_ptr<int>(rp.off),
-                     std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s);
+                     std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s, probs);
     // Every query has read the ring: store each sequence's newest rows in it.
     store_ring(st, meta_ptr<int32_t>(off_ring), static_cast<int>(ring_tokens.size()), chunk_rows, shape.kv_row.bytes(),
                CL.window, s);
