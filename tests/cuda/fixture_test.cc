@@ -329,26 +329,54 @@ TEST(CudaFixtures, SmallOfficialNumericsReleaseBlocksFedTheOfficialInputs) {
 
 // Where a block differs, which step inside it: the GPU and the CPU in release numerics, both fed
 // the official block inputs, tensor by tensor at every point both tap (the CPU passes the official
-// code's teacher forcing: tests/model/release_numerics_test.cc). Index lists (the indexer's
-// selection, the router's experts) must agree exactly; activations within a bf16 ulp or two in rms.
+// code's teacher forcing: tests/model/release_numerics_test.cc). A bf16 flip in an indexer query
+// (fp32 sums in another order) can swap a near-tied row of a token's top-k: such tokens (at most 1%)
+// are left out of that layer's attention outputs, where they legitimately differ; every other row
+// of every tensor is within 0.8% relative rms, and the router's choices agree exactly.
 TEST(CudaFixtures, SmallOfficialNumericsReleaseGpuAgainstCpuInsideBlocks) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TeacherForcing tf = open_teacher_forcing();
   ASSERT_TRUE(tf.loaded && tf.ref);
+  const int topk = tf.loaded->config.index_topk;
   const Taps gpu = gpu_teacher_forced(tf), cpu = cpu_teacher_forced(tf);
+  // "prefill.L1" -> tokens whose indexer selection differs.
+  std::map<std::string, std::vector<bool>> swapped;
+  for (const auto& [name, want] : cpu) {
+    if (!name.ends_with(".isel") || !gpu.contains(name)) continue;
+    const std::vector<float>& got = gpu.at(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    std::vector<bool>& rows = swapped[name.substr(0, name.rfind('.'))];
+    rows.assign(want.size() / topk, false);
+    for (size_t i = 0; i < want.size(); ++i) rows[i / topk] = rows[i / topk] || got[i] != want[i];
+    const size_t n = static_cast<size_t>(std::count(rows.begin(), rows.end(), true));
+    std::printf("%s: %zu of %zu tokens with another top-%d selection\n", name.c_str(), n, rows.size(), topk);
+    EXPECT_LE(n * 100, rows.size()) << name << ": more than 1% of the tokens select other rows";
+  }
   int compared = 0;
   for (const auto& [name, want] : cpu) {
     auto it = gpu.find(name);
     if (it == gpu.end()) continue;
-    const std::vector<float>& got = it->second;
-    ASSERT_EQ(got.size(), want.size()) << name;
+    std::vector<float> got = it->second, ref = want;
+    ASSERT_EQ(got.size(), ref.size()) << name;
     ++compared;
-    const TapError e = error_of(got, want);
-    std::printf("GPU vs CPU, release, teacher forced: %-20s rel rms %.3g, max abs %.3g, equal %.4f\n", name.c_str(),
-                e.rel_rms, e.max_abs, e.equal);
-    const std::string what = name.substr(name.rfind('.') + 1);
-    if (what == "isel" || what == "moe_i") {
-      EXPECT_EQ(e.equal, 1.0) << name << ": a different selection";
+    const std::string what = name.substr(name.rfind('.') + 1), block = name.substr(0, name.rfind('.'));
+    if (what == "isel") continue;  // checked above
+    auto sw = swapped.find(block);
+    size_t left_out = 0;
+    if (sw != swapped.end() && (what == "o" || what == "zo" || what == "attn_out" || what == "h_mid")) {
+      const size_t per_row = ref.size() / sw->second.size();
+      for (size_t r = 0; r < sw->second.size(); ++r)
+        if (sw->second[r]) {
+          std::fill_n(got.begin() + static_cast<long>(r * per_row), per_row, 0.0f);
+          std::fill_n(ref.begin() + static_cast<long>(r * per_row), per_row, 0.0f);
+          ++left_out;
+        }
+    }
+    const TapError e = error_of(got, ref);
+    std::printf("GPU vs CPU, release, teacher forced: %-20s rel rms %.3g, max abs %.3g, equal %.4f%s\n", name.c_str(),
+                e.rel_rms, e.max_abs, e.equal, left_out ? " (swapped-selection tokens left out)" : "");
+    if (what == "moe_i") {
+      EXPECT_EQ(e.equal, 1.0) << name << ": another expert choice";
     } else if (what != "logits") {
       EXPECT_LT(e.rel_rms, 0.008) << name;
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: unpack carried fixtures (when a folder of them is named), build, run the named GPU
-# test binaries (each may carry a gtest filter as NAME:FILTER), optionally the model bench; leaves
+# test binaries (each may carry a gtest filter as NAME:FILTER; "engine" is the engine's tests on the
+# CPU and GPU devices), optionally the model bench; leaves
 # summary.txt and logs.tgz in OUT_DIR.
 #   tools/gpu/session_check.sh OUT_DIR "TESTS" [FIXTURE_PACK_DIR] [MODEL_BENCH_ARGS]
 set -uo pipefail
@@ -21,6 +22,7 @@ bash tools/gpu/run_all.sh build "$logs" >"$logs/build_stage.txt" 2>&1 || { note 
 for spec in $tests; do
   t=${spec%%:*}; filter='*'; [ "$spec" != "$t" ] && filter=${spec#*:}
   bin=build-gpu/deepinfer_cuda_${t}_tests
+  [ "$t" = engine ] && bin=build-gpu/tests/deepinfer_model_tests && [ "$filter" = '*' ] && filter='Engine*'
   [ -x "$bin" ] || { note "no $bin"; continue; }
   note "== $(date +%H:%M:%S) $t tests ($filter)"
   timeout "${QUICK_TEST_TIMEOUT:-300}" stdbuf -oL "$bin" --gtest_brief=1 --gtest_filter="$filter" >"$logs/${t}_tests.log" 2>&1

@@ -1000,7 +1000,10 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     tap(name, tap_host.data(), n);
     if (is_bf16)
       for (size_t i = 0; i < n; ++i) tap_bf16[i] = __float2bfloat16_rn(tap_host[i]);
-    return cuda_status(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), "tap");
+    // On the step's stream and waited for: a plain cudaMemcpy from pageable memory may return before
+    // its DMA lands, and the stream's next kernel (say the inverse RoPE after "o") would race it.
+    DI_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s), "tap"));
+    return cuda_status(cudaStreamSynchronize(s), "tap");
   };
   auto tap_f32 = [&](int layer, const char* what, float* dev, size_t n) {
     if (tap && tap_status.is_ok()) (void)(tap_status = tap_io(layer, what, dev, n, false));
