@@ -185,8 +185,9 @@ TEST(CudaFixtures, SmallOfficialNumericsReleaseIsCloserToTheOfficialCodeThanExac
 // fixture's prompt p0 (prefill, then one decode step) with every block's input replaced by the
 // official code's activations (tests/data/release-numerics/teacher_forcing_p0.safetensors), so each
 // block's output error is that block's alone. Where the whole-model check above fails, this names
-// the block. Bounds: the CPU's (0.6% relative rms, 0.05 max abs per block; logits 0.01) doubled
-// for the GPU's own summation orders and bf16 attention probabilities.
+// the block (it named attention while the release path used bf16 probabilities: 11-16% there, with
+// the taps' write-back race then still in; 0.12-0.31% since). Bounds: the CPU's own (0.6% relative
+// rms, 0.05 max abs per block; logits 0.01).
 std::vector<float> as_floats(const io::TensorView& t) {
   std::vector<float> out(static_cast<size_t>(t.num_elements()));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -318,10 +319,10 @@ TEST(CudaFixtures, SmallOfficialNumericsReleaseBlocksFedTheOfficialInputs) {
     std::printf("teacher forced on the GPU, release: %-22s rel rms %.3g, max abs %.3g\n", name.c_str(), e.rel_rms,
                 e.max_abs);
     if (what == "logits") {
-      EXPECT_LT(e.max_abs, 0.02) << name;
+      EXPECT_LT(e.max_abs, 0.01) << name;
     } else {
-      EXPECT_LT(e.rel_rms, 0.012) << name;
-      EXPECT_LT(e.max_abs, 0.1) << name;
+      EXPECT_LT(e.rel_rms, 0.006) << name;
+      EXPECT_LT(e.max_abs, 0.05) << name;
     }
   }
   EXPECT_EQ(blocks, 2 * 8 + 2);  // attn_out and ffn_out of 4 layers, prefill and decode, + logits
