@@ -288,6 +288,65 @@ TEST(CudaOps, RopeMatchesCpuBackend) {
   }
 }
 
+// norm_rope against its definition: rms_norm, (round_bf16), rope and to_bf16 run one after another
+// on the GPU. The fused pass may contract the rotation's multiply-adds differently, so each output
+// is within one bf16 ulp of the separate passes' (most are equal); a row's bits do not depend on M.
+TEST(CudaOps, NormRopeIsTheSeparatePassesInOne) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int M, heads, n, rope_dim;
+    bool weight, round_mid;
+    size_t offset;  // 1: unaligned rows, the separate passes' fallback
+  };
+  for (const Case& c : {Case{130, 64, 512, 64, false, false, 0}, Case{3, 1, 512, 64, true, true, 0},
+                        Case{7, 4, 256, 64, true, false, 0}, Case{5, 2, 70, 6, true, true, 0},
+                        Case{4, 3, 512, 64, false, false, 1}}) {
+    const std::string what = "norm_rope M " + std::to_string(c.M) + " heads " + std::to_string(c.heads) + " n " +
+                             std::to_string(c.n) + (c.offset ? " unaligned" : "");
+    const size_t count = static_cast<size_t>(c.M) * c.heads * c.n;
+    const std::vector<float> x = random_floats(count, -3.0f, 3.0f, c.n + c.M);
+    const std::vector<float> w = random_floats(c.n, 0.5f, 1.5f, 7);
+    std::vector<float> freq;
+    for (int i = 0; i < c.rope_dim / 2; ++i)
+      freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rope_dim)));
+    std::vector<int64_t> pos(c.M);
+    for (int t = 0; t < c.M; ++t) pos[t] = 37 * t + (t == 0 ? 1000003 : 0);
+    DeviceBuffer<float> d_w(w), d_freq(freq), d_sep(x, c.offset), d_fused(x, c.offset), d_f32(count, c.offset);
+    DeviceBuffer<int64_t> d_pos(pos);
+    DeviceBuffer<uint16_t> d_sep_bf(count, c.offset), d_fused_bf(count, c.offset);
+    const float* weight = c.weight ? d_w.get() : nullptr;
+    rms_norm(d_sep.get(), c.M * c.heads, c.n, weight, 1e-6f, d_sep.get(), nullptr, nullptr);
+    if (c.round_mid) round_bf16(d_sep.get(), count, nullptr);
+    rope(d_sep.get(), c.M, c.heads, c.n, d_pos.get(), d_freq.get(), c.rope_dim, 1.25f, false, nullptr);
+    to_bf16(d_sep.get(), count, as_bf16(d_sep_bf), nullptr);
+    norm_rope(d_fused.get(), c.M, c.heads, c.n, weight, 1e-6f, c.round_mid, d_pos.get(), d_freq.get(), c.rope_dim,
+              1.25f, d_f32.get(), as_bf16(d_fused_bf), nullptr);
+    sync();
+    const std::vector<uint16_t> want = d_sep_bf.download(), got = d_fused_bf.download();
+    const std::vector<float> want_f32 = d_sep.download(), got_f32 = d_f32.download();
+    size_t equal = 0, off = 0;
+    for (size_t i = 0; i < count; ++i) {
+      equal += got[i] == want[i];
+      const float g = bf16_value(got[i]), v = bf16_value(want[i]);
+      if (std::fabs(g - v) > std::ldexp(std::fabs(v), -7) + 1e-6f && ++off <= 5)
+        ADD_FAILURE() << what << " element " << i << ": fused " << g << " separate " << v;
+      if (std::fabs(got_f32[i] - want_f32[i]) > 2e-6f * (1.0f + std::fabs(want_f32[i])) && ++off <= 5)
+        ADD_FAILURE() << what << " fp32 element " << i << ": fused " << got_f32[i] << " separate " << want_f32[i];
+    }
+    EXPECT_EQ(off, 0u) << what;
+    EXPECT_GE(static_cast<double>(equal), 0.99 * static_cast<double>(count)) << what;
+    // Row bits alone == in the batch (the last token at M = 1).
+    DeviceBuffer<float> d_one(std::vector<float>(x.end() - static_cast<long>(count / c.M), x.end()), c.offset);
+    DeviceBuffer<int64_t> d_pos1(std::vector<int64_t>{pos.back()});
+    DeviceBuffer<uint16_t> d_one_bf(count / c.M, c.offset);
+    norm_rope(d_one.get(), 1, c.heads, c.n, weight, 1e-6f, c.round_mid, d_pos1.get(), d_freq.get(), c.rope_dim, 1.25f,
+              nullptr, as_bf16(d_one_bf), nullptr);
+    sync();
+    const std::vector<uint16_t> one = d_one_bf.download();
+    EXPECT_TRUE(std::equal(one.begin(), one.end(), got.end() - static_cast<long>(one.size()))) << what << ": alone";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // mHC
 
@@ -365,6 +424,28 @@ TEST(CudaOps, HcPreIsBatchInvariantAndPathInvariant) {
   EXPECT_TRUE(same_bits(scalar.collapsed, batch.collapsed));
   EXPECT_TRUE(same_bits(scalar.post, batch.post));
   EXPECT_TRUE(same_bits(scalar.comb, batch.comb));
+}
+
+// Prefill-sized: each CTA runs several 32-token tiles over its staged fn range (2049 tokens = 65
+// tiles on ~17 CTAs per range); a token's bits are still its bits alone.
+TEST(CudaOps, HcPreOverManyTokenTilesIsBatchInvariant) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int M = 2049, hc = 4, D = 4096, W = hc * D;
+  HcData d = make_hc_data(M, hc, D, (2 + hc) * hc, 11);
+  const HcOut batch = run_hc_pre(d, M, 20);
+  HcData one = d;
+  for (int m : {0, 31, 32, 1000, 1087, 2048}) {
+    one.X.assign(d.X.begin() + static_cast<size_t>(m) * W, d.X.begin() + static_cast<size_t>(m + 1) * W);
+    const HcOut alone = run_hc_pre(one, 1, 20);
+    EXPECT_TRUE(same_bits(alone.collapsed.data(), batch.collapsed.data() + static_cast<size_t>(m) * D, D)) << m;
+    EXPECT_TRUE(same_bits(alone.post.data(), batch.post.data() + static_cast<size_t>(m) * hc, hc)) << m;
+    EXPECT_TRUE(same_bits(alone.comb.data(), batch.comb.data() + static_cast<size_t>(m) * hc * hc, hc * hc)) << m;
+  }
+  std::vector<float> want_col(static_cast<size_t>(M) * D);
+  HcMix want_mix;
+  cpu().hc_pre(d.X.data(), M, hc, D, d.w, 20, 1e-6f, 1e-6f, want_col.data(), &want_mix);
+  expect_near(batch.collapsed, want_col, 1e-4f, 1e-4f, "hc_pre M 2049 collapsed");
+  expect_near(batch.comb, want_mix.comb, 1e-4f, 1e-5f, "hc_pre M 2049 comb");
 }
 
 TEST(CudaOps, HcPostMatchesCpuBackendAndIsBatchInvariant) {

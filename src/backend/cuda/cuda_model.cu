@@ -1091,19 +1091,16 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     if (rel) {
       round_bf16(q, static_cast<size_t>(T) * H * hd, s);
       q_head_norm_release(q, T * H, hd, eps, s);
-    } else {
-      rms_norm(q, T * H, hd, nullptr, eps, q, nullptr, s);
+      rope(q, T, H, hd, st.pos, rope_t, rd, rope_f, false, s);
+      to_bf16(q, static_cast<size_t>(T) * H * hd, q_bf, s);
+    } else {  // norm, RoPE and the bf16 cast in one pass (q is T x 64 x 512 fp32 in prefill)
+      norm_rope(q, T, H, hd, nullptr, eps, false, st.pos, rope_t, rd, rope_f, nullptr, q_bf, s);
     }
-    rope(q, T, H, hd, st.pos, rope_t, rd, rope_f, false, s);
-    to_bf16(q, static_cast<size_t>(T) * H * hd, q_bf, s);
     tap_bf(l, "q", q_bf, static_cast<size_t>(T) * H * hd);
     // The shared KV head.
     proj(normed, T, D, L.wkv, hd, kv);
     rb(kv, static_cast<size_t>(T) * hd);
-    rms_norm(kv, T, hd, L.kv_norm, eps, kv, nullptr, s);
-    rb(kv, static_cast<size_t>(T) * hd);
-    rope(kv, T, 1, hd, st.pos, rope_t, rd, rope_f, false, s);
-    to_bf16(kv, static_cast<size_t>(T) * hd, kv_bf, s);
+    norm_rope(kv, T, 1, hd, L.kv_norm, eps, rel, st.pos, rope_t, rd, rope_f, kv, kv_bf, s);
     tap_bf(l, "kv", kv_bf, static_cast<size_t>(T) * hd);
     // Compressed rows of windows that close in this step (DeepSeekV4::compress).
     auto run_compressor = [&](const DevCompressor& dc, const model::CompressorSlotLayout& sl, const CompressPlan& cp,

@@ -303,9 +303,9 @@ __global__ void __launch_bounds__(kRopeThreads)
 // hc_dots: the kMix dot products fn_j . x and the sum of squares x . x of every token's hc * D
 // values (the expensive part: fn is 1.5 MB fp32 for hc 4, D 4096). The row is cut into `splits`
 // fixed chunk ranges (from hc and D only: hc_splits); CTA (tile, s) stages range s of every fn row
-// in shared memory and its 8 warps apply it to kTokW tokens each (so a prefill tile of 32 tokens
-// reads each fn value once from L2, and a single decode token still has `splits` CTAs streaming fn
-// in parallel). Lane l of a warp takes chunks l, l + 32, ... of the range in increasing order for
+// in shared memory and its 8 warps apply it to kTokW tokens each, tile after tile (a prefill CTA
+// reads each fn value of its range once from L2 for all its tiles, and a single decode token still
+// has `splits` CTAs streaming fn in parallel). Lane l of a warp takes chunks l, l + 32, ... of the range in increasing order for
 // each of its tokens, the lanes meet in an xor butterfly (warp_sum_halving: the same additions for
 // any number of values), and the partial goes to part[token][s][v].
 // hc_finish: one CTA per token adds its partials over s in increasing order, forms mixes, pre, post
@@ -439,42 +439,45 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
     }
   }
   __syncthreads();
-  const int tok0 = (static_cast<int>(blockIdx.x) * kHcWarps + warp) * kTokW;
-  if (tok0 >= a.M) return;
-  const int ntok = min(kTokW, a.M - tok0);
-  // Tokens past M alias the warp's first token; their results are never stored.
-  const float* xrow[kTokW];
-#pragma unroll
-  for (int tk = 0; tk < kTokW; ++tk) {
-    const int m = tok0 + (tk < ntok ? tk : 0);
-    const int r = kHead ? a.rows[m] : m;
-    xrow[tk] = a.X + static_cast<size_t>(r) * W;
-  }
-  float acc[kPadded];
-#pragma unroll
-  for (int v = 0; v < kPadded; ++v) acc[v] = 0.0f;
-  for (int c = lane; c < span; c += 32) {
-    float4 xv[kTokW];
+  // Token tiles blockIdx.x, + gridDim.x, ...: the staged range serves every tile of this CTA.
+  for (int tile = static_cast<int>(blockIdx.x); tile * kHcWarps * kTokW < a.M; tile += static_cast<int>(gridDim.x)) {
+    const int tok0 = (tile * kHcWarps + warp) * kTokW;
+    if (tok0 >= a.M) break;
+    const int ntok = min(kTokW, a.M - tok0);
+    // Tokens past M alias the warp's first token; their results are never stored.
+    const float* xrow[kTokW];
 #pragma unroll
     for (int tk = 0; tk < kTokW; ++tk) {
-      xv[tk] = load4(xrow[tk], c0 + c, W, a.vec);
-      acc[tk * kVals + kMix] = dot4(xv[tk], xv[tk], acc[tk * kVals + kMix]);
+      const int m = tok0 + (tk < ntok ? tk : 0);
+      const int r = kHead ? a.rows[m] : m;
+      xrow[tk] = a.X + static_cast<size_t>(r) * W;
     }
+    float acc[kPadded];
 #pragma unroll
-    for (int j = 0; j < kMix; ++j) {
-      const float4 f = fn_s[j * span + c];
+    for (int v = 0; v < kPadded; ++v) acc[v] = 0.0f;
+    for (int c = lane; c < span; c += 32) {
+      float4 xv[kTokW];
 #pragma unroll
-      for (int tk = 0; tk < kTokW; ++tk) acc[tk * kVals + j] = dot4(f, xv[tk], acc[tk * kVals + j]);
+      for (int tk = 0; tk < kTokW; ++tk) {
+        xv[tk] = load4(xrow[tk], c0 + c, W, a.vec);
+        acc[tk * kVals + kMix] = dot4(xv[tk], xv[tk], acc[tk * kVals + kMix]);
+      }
+#pragma unroll
+      for (int j = 0; j < kMix; ++j) {
+        const float4 f = fn_s[j * span + c];
+#pragma unroll
+        for (int tk = 0; tk < kTokW; ++tk) acc[tk * kVals + j] = dot4(f, xv[tk], acc[tk * kVals + j]);
+      }
     }
-  }
-  warp_sum_halving(acc);
+    warp_sum_halving(acc);
 #pragma unroll
-  for (int i = 0; i < kPadded / 32; ++i) {
-    const int v = lane * (kPadded / 32) + i;
-    const int tk = v / kVals;
-    if (v < kTokW * kVals && tk < ntok)
-      a.part[(static_cast<size_t>(tok0 + tk) * a.splits + s) * kVals + v % kVals] = acc[i];
-  }
+    for (int i = 0; i < kPadded / 32; ++i) {
+      const int v = lane * (kPadded / 32) + i;
+      const int tk = v / kVals;
+      if (v < kTokW * kVals && tk < ntok)
+        a.part[(static_cast<size_t>(tok0 + tk) * a.splits + s) * kVals + v % kVals] = acc[i];
+    }
+  }  // token tiles
 }
 
 template <int HC, int kMix, bool kHead>
@@ -878,7 +881,11 @@ void launch_hc(HcArgs a, cudaStream_t stream) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kHcStageBytes + 4096)));
     configured = true;
   }
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.M, kHcWarps * kTokW)), static_cast<unsigned>(a.splits));
+  // Prefill: each CTA stages its fn range once for several token tiles (staging it per 32-token tile
+  // cost as much L2 traffic as the tokens' own HBM reads); about 4 resident CTAs per SM in all.
+  const int tiles = ceil_div(a.M, kHcWarps * kTokW);
+  const int tile_ctas = std::max(1, ceil_div(4 * gemm_common::sm_count(), a.splits));
+  const dim3 grid(static_cast<unsigned>(std::min(tiles, tile_ctas)), static_cast<unsigned>(a.splits));
   hc_dots_kernel<HC, kMix, kTokW, kHead><<<grid, kHcThreads, smem, stream>>>(a);
   hc_finish_kernel<HC, kMix, kHead><<<static_cast<unsigned>(a.M), kHcThreads, 0, stream>>>(a);
 }
@@ -941,6 +948,49 @@ __global__ void __launch_bounds__(kGreedyThreads)
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+// norm_rope: rms_norm + (bf16 rounding) + RoPE + bf16 cast of each head row in one pass, one warp per
+// row (rms_norm's warp form for the sum and scale, rope_kernel's expressions for the rotation). The
+// vector layout only (n and rope_dim multiples of 4, 16-byte aligned rows).
+
+__global__ void __launch_bounds__(32 * kRmsWarpRows)
+    norm_rope_kernel(const float* x, int rows, int heads, int n, const float* weight, float eps, bool round_mid,
+                     const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int rope_dim,
+                     float attention_factor, float* y_f32, bf16* y_bf16) {
+  pdl_prologue();
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
+  if (m >= rows) return;
+  const size_t row = static_cast<size_t>(m) * static_cast<size_t>(n);
+  const float total = warp_sum(rms_partial_sum(x + row, n, true, lane, 32));
+  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
+  __syncwarp();  // every lane has read its chunks before any lane rewrites them (y_f32 may alias x)
+  const float p = static_cast<float>(pos[m / heads]);
+  const int first_rotated = (n - rope_dim) / 4;  // chunk index
+  for (int c = lane; c < n / 4; c += 32) {
+    const float4 v = load4(x + row, c, n, true);
+    float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
+    if (weight != nullptr) {
+      const float4 w = load4(weight, c, n, true);
+      y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
+    }
+    if (round_mid) y = make_float4(round_bf16_dev(y.x), round_bf16_dev(y.y), round_bf16_dev(y.z), round_bf16_dev(y.w));
+    if (c >= first_rotated) {
+      const int i = 2 * (c - first_rotated);  // pairs i and i + 1 of the rotated tail
+      float s0, c0, s1, c1;
+      sincosf(inv_freq[i] * p, &s0, &c0);
+      sincosf(inv_freq[i + 1] * p, &s1, &c1);
+      c0 *= attention_factor;
+      s0 *= attention_factor;
+      c1 *= attention_factor;
+      s1 *= attention_factor;
+      y = make_float4(y.x * c0 - y.y * s0, y.y * c0 + y.x * s0, y.z * c1 - y.w * s1, y.w * c1 + y.z * s1);
+    }
+    if (y_f32 != nullptr) store4(y_f32 + row, c, n, true, y);
+    if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, true, y);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Entry points
 
 void embed(const int32_t* tokens, int T, const bf16* table, int D, int hc, float* X, cudaStream_t stream) {
@@ -969,6 +1019,28 @@ void rope(float* x, int M, int heads, int head_dim, const int64_t* pos, const fl
   const bool vec = head_dim % 2 == 0 && aligned(x, 8);
   rope_kernel<<<static_cast<unsigned>(M), kRopeThreads, rope_dim * sizeof(float), stream>>>(
       x, heads, head_dim, pos, inv_freq, rope_dim, attention_factor, inverse, vec);
+}
+
+void norm_rope(float* x, int M, int heads, int n, const float* weight, float eps, bool round_mid, const int64_t* pos,
+               const float* inv_freq, int rope_dim, float attention_factor, float* y_f32, bf16* y_bf16,
+               cudaStream_t stream) {
+  if (M <= 0 || heads <= 0 || n <= 0) return;
+  DI_CHECK(rope_dim % 2 == 0 && rope_dim <= n, "rope_dim %d, n %d", rope_dim, n);
+  const bool vec = n % 4 == 0 && rope_dim % 4 == 0 && n <= kRmsWarpMaxN && aligned(x, 16) &&
+                   (weight == nullptr || aligned(weight, 16)) && (y_f32 == nullptr || aligned(y_f32, 16)) &&
+                   (y_bf16 == nullptr || aligned(y_bf16, 8));
+  const int rows = M * heads;
+  if (!vec) {  // the separate passes, in place in x
+    rms_norm(x, rows, n, weight, eps, x, nullptr, stream);
+    if (round_mid) round_bf16(x, static_cast<size_t>(rows) * n, stream);
+    rope(x, M, heads, n, pos, inv_freq, rope_dim, attention_factor, false, stream);
+    if (y_f32 != nullptr && y_f32 != x)
+      CUDA_CHECK(cudaMemcpyAsync(y_f32, x, static_cast<size_t>(rows) * n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    if (y_bf16 != nullptr) to_bf16(x, static_cast<size_t>(rows) * n, y_bf16, stream);
+    return;
+  }
+  norm_rope_kernel<<<static_cast<unsigned>((rows + kRmsWarpRows - 1) / kRmsWarpRows), 32 * kRmsWarpRows, 0, stream>>>(
+      x, rows, heads, n, weight, eps, round_mid, pos, inv_freq, rope_dim, attention_factor, y_f32, y_bf16);
 }
 
 size_t hc_workspace_bytes(int M, int hc, int D, bool head) {

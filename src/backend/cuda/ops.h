@@ -84,6 +84,16 @@ void gather_rows(const bf16* src, const int* idx, int R, int width, bf16* out, c
 void moe_combine(const float* y, const int* row_of, const int* sel, const float* w, const float* shared, int T,
                  int K, int D, float* out, cudaStream_t stream);
 
+// rms_norm (weight may be null) of each of the M * heads rows of n values (row stride n), then, when
+// round_mid, bf16 rounding, then RoPE of the trailing rope_dim values of row (t, h) at pos[t] (as
+// rope(), forward), written to y_f32 (may alias x) and/or y_bf16 (either may be null): what
+// rms_norm, round_bf16, rope and to_bf16 do in turn, in one pass (one warp per row) when n and
+// rope_dim are multiples of 4, n <= 2048 and the rows are 16-byte aligned; otherwise by those
+// passes, in place in x (so x may be overwritten).
+void norm_rope(float* x, int M, int heads, int n, const float* weight, float eps, bool round_mid, const int64_t* pos,
+               const float* inv_freq, int rope_dim, float attention_factor, float* y_f32, bf16* y_bf16,
+               cudaStream_t stream);
+
 // Casts and roundings.
 void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t stream);
 void round_bf16(float* x, size_t n, cudaStream_t stream);  // in place: x = fp32(bf16(x))
