@@ -1196,7 +1196,10 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     const RowPlan& rp = row_plans.at({static_cast<int>(kind), ratio});
     // The chunk's own rows as the cache holds them (fp8: encoded, so its queries read the rounded rows).
     const uint8_t* chunk_rows = fp8_cache ? kv8 : reinterpret_cast<const uint8_t*>(kv_bf);
-    if (fp8_cache) encode_kv_rows_fp8(kv, static_cast<size_t>(hd), T, hd, rd, kv8, shape.kv_row.bytes(), s);
+    if (fp8_cache) {  // release: from the bf16 values, as the official code (and the CPU) encode them
+      rb(kv, static_cast<size_t>(T) * hd);
+      encode_kv_rows_fp8(kv, static_cast<size_t>(hd), T, hd, rd, kv8, shape.kv_row.bytes(), s);
+    }
     fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, chunk_rows, shape.kv_row.bytes(), sel, c.index_topk,
                         CL.rows, CL.rows_per_page, rows, s);
     const float ascale = 1.0f / std::sqrt(static_cast<float>(hd));
