@@ -985,6 +985,12 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   std::vector<float> tap_host;
   std::vector<bf16> tap_bf16;
   // (Each returns its first failure; tap_status keeps the step's first one.)
+  auto tap_name = [](int layer, const char* what) {
+    std::string name = std::to_string(layer);  // "L{layer}.{what}" (built in steps: GCC 12's
+    name.insert(0, 1, 'L');                      // -Wrestrict misfires on the chained +)
+    name.append(1, '.').append(what);
+    return name;
+  };
   auto tap_io = [&](int layer, const char* what, void* dev, size_t n, bool is_bf16) -> Status {
     const size_t bytes = n * (is_bf16 ? sizeof(bf16) : sizeof(float));
     tap_host.resize(n);
@@ -994,10 +1000,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     DI_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "tap"));
     if (is_bf16)
       for (size_t i = 0; i < n; ++i) tap_host[i] = __bfloat162float(tap_bf16[i]);
-    std::string name = std::to_string(layer);  // "L{layer}.{what}" (built in steps: GCC 12's
-    name.insert(0, 1, 'L');                      // -Wrestrict misfires on the chained +)
-    name.append(1, '.').append(what);
-    tap(name, tap_host.data(), n);
+    tap(tap_name(layer, what), tap_host.data(), n);
     if (is_bf16)
       for (size_t i = 0; i < n; ++i) tap_bf16[i] = __float2bfloat16_rn(tap_host[i]);
     // On the step's stream and waited for: a plain cudaMemcpy from pageable memory may return before
@@ -1019,10 +1022,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     if (tap_status.is_ok()) (void)(tap_status = cuda_status(cudaStreamSynchronize(s), "tap"));
     if (!tap_status.is_ok()) return;
     tap_host.assign(ids.begin(), ids.end());
-    std::string name = std::to_string(layer);
-    name.insert(0, 1, 'L');
-    name.append(1, '.').append(what);
-    tap(name, tap_host.data(), n);
+    tap(tap_name(layer, what), tap_host.data(), n);
   };
 
   // Everything from here to the logits copy is launches only (no allocation, no synchronization),
