@@ -30,6 +30,7 @@
 #include "io/safetensors.h"
 #include "model/loaded_model.h"
 #include "model_test_util.h"
+#include "../model/tensor_error.h"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -240,23 +241,9 @@ Taps teacher_forced_taps(const io::SafetensorsSet& ref, SetTap set_tap, Forward 
   return taps;
 }
 
-struct TapError {
-  double rel_rms = 0.0, max_abs = 0.0, equal = 0.0;
-};
+using TapError = testing::TensorError;
 TapError error_of(const std::vector<float>& got, const std::vector<float>& want) {
-  TapError e;
-  double se = 0.0, sr = 0.0;
-  size_t eq = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    se += d * d;
-    sr += static_cast<double>(want[i]) * want[i];
-    e.max_abs = std::max(e.max_abs, std::fabs(d));
-    eq += got[i] == want[i];
-  }
-  e.rel_rms = std::sqrt(se / std::max(sr, 1e-30));
-  e.equal = want.empty() ? 1.0 : static_cast<double>(eq) / static_cast<double>(want.size());
-  return e;
+  return testing::tensor_error(got.data(), want.data(), want.size());
 }
 
 struct TeacherForcing {

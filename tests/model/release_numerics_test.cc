@@ -22,6 +22,7 @@
 #include "model/deepseek_v4.h"
 #include "model/loaded_model.h"
 #include "model/state_cache.h"
+#include "tensor_error.h"
 #include "test_util.h"
 
 namespace deepinfer {
@@ -110,26 +111,9 @@ TEST(ReleaseNumerics, Fp8KvCacheChangesTheLogits) {
 
 // ---- teacher forcing ----
 
-struct BlockError {
-  double rel_rms = 0.0;    // rms(ours - official) / rms(official)
-  double max_abs = 0.0;
-  double equal = 0.0;      // fraction of elements bitwise equal
-};
-
+using BlockError = testing::TensorError;
 BlockError compare(const float* got, const std::vector<float>& want) {
-  double se = 0.0, sr = 0.0;
-  BlockError e;
-  size_t eq = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    se += d * d;
-    sr += static_cast<double>(want[i]) * want[i];
-    e.max_abs = std::max(e.max_abs, std::fabs(d));
-    eq += got[i] == want[i];
-  }
-  e.rel_rms = std::sqrt(se / std::max(sr, 1e-30));
-  e.equal = static_cast<double>(eq) / static_cast<double>(want.size());
-  return e;
+  return testing::tensor_error(got, want.data(), want.size());
 }
 
 // Runs the official-numerics fixture's prompt p0 through our forward (prefill, then one decode step),
