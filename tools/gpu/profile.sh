@@ -3,7 +3,7 @@
 # v4-mid, with Nsight Compute (ncu; no replay of caches or clocks: --cache-control none,
 # --clock-control none). Needs a built tree (tools/gpu/run_all.sh build).
 #
-#   tools/gpu/profile.sh [OUT_DIR] [BUILD_DIR]      -> OUT_DIR/profile.md
+#   [PROFILE_SOL=1] tools/gpu/profile.sh [OUT_DIR] [BUILD_DIR]      -> OUT_DIR/profile.md
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-out/gpu}
@@ -11,9 +11,12 @@ build=${2:-build-gpu}
 mkdir -p "$out"
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
 [ -n "$ncu" ] || { echo "no ncu"; exit 1; }
+# PROFILE_SOL=1: also DRAM / L2 / SM throughput and achieved occupancy per kernel (more replays).
+metrics=gpu__time_duration.sum
+[ -n "${PROFILE_SOL:-}" ] && metrics=$metrics,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
 run() {  # name, model bench args
   local name=$1; shift
-  "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
+  "$ncu" --profile-from-start off --metrics "$metrics" --csv --print-units base \
     --cache-control none --clock-control none \
     $build/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json --steps 3 --profile 1 "$@" \
     >"$out/prof_$name.csv" 2>"$out/prof_$name.err" || tail -3 "$out/prof_$name.err"
