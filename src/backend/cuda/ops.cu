@@ -455,13 +455,20 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
     float acc[kPadded];
 #pragma unroll
     for (int v = 0; v < kPadded; ++v) acc[v] = 0.0f;
+    // The next chunk's x is requested before this chunk's math (one CTA per SM fits the registers,
+    // so each lane keeps two chunks of loads in flight); the arithmetic order is unchanged.
+    float4 next[kTokW];
+#pragma unroll
+    for (int tk = 0; tk < kTokW; ++tk) next[tk] = lane < span ? load4(xrow[tk], c0 + lane, W, a.vec) : float4{};
     for (int c = lane; c < span; c += 32) {
       float4 xv[kTokW];
 #pragma unroll
       for (int tk = 0; tk < kTokW; ++tk) {
-        xv[tk] = load4(xrow[tk], c0 + c, W, a.vec);
-        acc[tk * kVals + kMix] = dot4(xv[tk], xv[tk], acc[tk * kVals + kMix]);
+        xv[tk] = next[tk];
+        if (c + 32 < span) next[tk] = load4(xrow[tk], c0 + c + 32, W, a.vec);
       }
+#pragma unroll
+      for (int tk = 0; tk < kTokW; ++tk) acc[tk * kVals + kMix] = dot4(xv[tk], xv[tk], acc[tk * kVals + kMix]);
 #pragma unroll
       for (int j = 0; j < kMix; ++j) {
         const float4 f = fn_s[j * span + c];
