@@ -347,6 +347,57 @@ TEST(CudaOps, NormRopeIsTheSeparatePassesInOne) {
   }
 }
 
+// greedy_rows: argmax with the lowest id on ties (a planted tie across parts), NaN never winning,
+// an all -inf row -> token 0; log-probabilities within 1e-5 of a double reference; a row alone ==
+// the same row in a batch, bit for bit.
+TEST(CudaOps, GreedyRowsPartsMeetInAFixedOrder) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int V : {7, 1024, 129280}) {
+    const int R = 6;
+    std::vector<float> x = random_floats(static_cast<size_t>(R) * V, -8.0f, 8.0f, V);
+    if (V > 100) {
+      x[static_cast<size_t>(1) * V + V - 3] = 30.0f;  // row 1: the same max near the end and the start
+      x[static_cast<size_t>(1) * V + 2] = 30.0f;
+      x[static_cast<size_t>(2) * V + 5] = std::nanf("");  // row 2: a NaN never wins
+    }
+    for (int v = 0; v < V; ++v) x[static_cast<size_t>(3) * V + v] = -INFINITY;  // row 3: all -inf
+    DeviceBuffer<float> d_x(x), d_lp(R);
+    DeviceBuffer<int32_t> d_tok(R);
+    DeviceBuffer<unsigned char> d_ws(greedy_workspace_bytes(R, V));
+    greedy_rows(d_x.get(), R, V, d_tok.get(), d_lp.get(), d_ws.get(), nullptr);
+    sync();
+    const std::vector<int32_t> tok = d_tok.download();
+    const std::vector<float> lp = d_lp.download();
+    for (int r = 0; r < R; ++r) {
+      const float* row = &x[static_cast<size_t>(r) * V];
+      int best = -1;
+      for (int v = 0; v < V; ++v)
+        if (!std::isnan(row[v]) && row[v] > -INFINITY && (best < 0 || row[v] > row[best])) best = v;
+      if (best < 0) {
+        EXPECT_EQ(tok[r], 0) << "V " << V << " row " << r;
+        continue;
+      }
+      EXPECT_EQ(tok[r], best) << "V " << V << " row " << r;
+      double sum = 0.0;
+      for (int v = 0; v < V; ++v)
+        if (!std::isnan(row[v])) sum += std::exp(static_cast<double>(row[v]) - row[best]);
+      if (r != 2 || V < 100) {  // (a NaN in the row makes its sum NaN, as before)
+        EXPECT_NEAR(lp[r], -std::log(sum), 1e-5) << "V " << V << " row " << r;
+      }
+    }
+    if (V > 100) {
+      EXPECT_EQ(tok[1], 2);
+    }
+    DeviceBuffer<float> d_one(std::vector<float>(x.begin() + static_cast<long>(4) * V, x.begin() + static_cast<long>(5) * V));
+    DeviceBuffer<float> d_lp1(1);
+    DeviceBuffer<int32_t> d_tok1(1);
+    greedy_rows(d_one.get(), 1, V, d_tok1.get(), d_lp1.get(), d_ws.get(), nullptr);
+    sync();
+    EXPECT_EQ(d_tok1.download()[0], tok[4]) << "V " << V;
+    EXPECT_TRUE(same_bits(d_lp1.download().data(), lp.data() + 4, 1)) << "V " << V << ": alone vs in a batch";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // mHC
 

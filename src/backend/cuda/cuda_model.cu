@@ -207,6 +207,7 @@ struct CudaModel::Impl {
   float* logits_host = nullptr;  // pinned [max_logit_rows, vocab]
   int32_t* greedy_tok = nullptr;  // [max_logit_rows]
   float* greedy_lp = nullptr;     // [max_logit_rows]
+  float* greedy_ws = nullptr;     // greedy_rows' per-part partials
   // pinned, per parity: [max_logit_rows] token ids, then [max_logit_rows] log-probs
   GreedyToken* greedy_host = nullptr;
   cudaEvent_t step_done[2] = {nullptr, nullptr};  // the step of that parity's outputs are on the host
@@ -718,6 +719,7 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_CUDA_RETURN(cudaMallocHost(&logits_host, LR * c.vocab_size * sizeof(float)));
   DI_RETURN_IF_ERROR(A.alloc(&greedy_tok, LR));
   DI_RETURN_IF_ERROR(A.alloc(&greedy_lp, LR));
+  DI_RETURN_IF_ERROR(A.alloc(&greedy_ws, greedy_workspace_bytes(static_cast<int>(LR), c.vocab_size) / sizeof(float)));
   DI_CUDA_RETURN(cudaMallocHost(&greedy_host, 2 * LR * 2 * sizeof(float)));
   for (int p = 0; p < 2; ++p) {
     DI_CUDA_RETURN(cudaEventCreateWithFlags(&meta_sent[p], cudaEventDisableTiming));
@@ -1295,7 +1297,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     rb(head_in, static_cast<size_t>(NR) * D);
     rms_norm(head_in, NR, D, final_norm, eps, nullptr, head_in_bf, s);
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
-    if (want_greedy) greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, s);
+    if (want_greedy) greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, greedy_ws, s);
   }
   };  // enqueue
 

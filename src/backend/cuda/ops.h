@@ -101,8 +101,11 @@ void round_bf16(float* x, size_t n, cudaStream_t stream);  // in place: x = fp32
 // Greedy token of each logits row (logits [R, V] fp32): token[r] = argmax (lowest id on ties; NaN
 // never wins; 0 when no value beats -inf) and logprob[r] = its raw log-softmax value,
 // logits[r, token] - (max + log(sum_v exp(logits[r, v] - max))) (the sum in a fixed order per row:
-// batch-invariant, not the CPU sampler's double sum).
-void greedy_rows(const float* logits, int R, int V, int32_t* token, float* logprob, cudaStream_t stream);
+// batch-invariant, not the CPU sampler's double sum). R <= 65535; `workspace` >=
+// greedy_workspace_bytes(R, V) bytes, 4-byte aligned.
+size_t greedy_workspace_bytes(int R, int V);
+void greedy_rows(const float* logits, int R, int V, int32_t* token, float* logprob, void* workspace,
+                 cudaStream_t stream);
 
 // tokens[pairs[2 i]] = source[pairs[2 i + 1]] for i < n: a step's input tokens that are greedy rows
 // of the previous step (ops' greedy_rows `token` output), filled in on the device.
