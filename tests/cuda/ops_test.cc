@@ -27,6 +27,7 @@
 #include "cuda_test_util.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/v4_kernels.h"
 #include "io/dtype.h"
 #include "model/numerics.h"
 #include "model/topk.h"
@@ -396,6 +397,63 @@ TEST(CudaOps, GreedyRowsPartsMeetInAFixedOrder) {
     EXPECT_EQ(d_tok1.download()[0], tok[4]) << "V " << V;
     EXPECT_TRUE(same_bits(d_lp1.download().data(), lp.data() + 4, 1)) << "V " << V << ": alone vs in a batch";
   }
+}
+
+// rope_inverse_split_groups against rope(inverse) then split_groups: within a bf16 ulp (the fused
+// rotation may contract its multiply-adds differently), >= 99% equal, o untouched; a row alone ==
+// in the batch; shapes it does not take are refused without launching.
+TEST(CudaOps, RopeInverseSplitGroupsIsTheTwoPassesInOne) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int T, H, hd, rope_dim, G;
+  };
+  for (const Case& c : {Case{130, 64, 512, 64, 8}, Case{1, 4, 256, 64, 2}, Case{5, 3, 64, 16, 3}}) {
+    const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " hd " + std::to_string(c.hd);
+    const size_t count = static_cast<size_t>(c.T) * c.H * c.hd;
+    const std::vector<float> o = random_floats(count, -2.0f, 2.0f, c.T + c.hd);
+    std::vector<float> freq;
+    for (int i = 0; i < c.rope_dim / 2; ++i)
+      freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rope_dim)));
+    std::vector<int64_t> pos(c.T);
+    for (int t = 0; t < c.T; ++t) pos[t] = 53 * t + (t == 0 ? 777777 : 0);
+    DeviceBuffer<float> d_o(o), d_two(o), d_freq(freq);
+    DeviceBuffer<int64_t> d_pos(pos);
+    DeviceBuffer<uint16_t> d_fused(count), d_ref(count);
+    ASSERT_TRUE(rope_inverse_split_groups(d_o.get(), c.T, c.H, c.hd, d_pos.get(), d_freq.get(), c.rope_dim, 1.25f, c.G,
+                                          as_bf16(d_fused), nullptr)) << what;
+    rope(d_two.get(), c.T, c.H, c.hd, d_pos.get(), d_freq.get(), c.rope_dim, 1.25f, true, nullptr);
+    split_groups(d_two.get(), c.T, c.G, c.H * c.hd / c.G, as_bf16(d_ref), nullptr);
+    sync();
+    const std::vector<uint16_t> got = d_fused.download(), want = d_ref.download();
+    EXPECT_TRUE(same_bits(d_o.download(), o)) << what << ": o was modified";
+    size_t equal = 0, off = 0;
+    for (size_t i = 0; i < count; ++i) {
+      equal += got[i] == want[i];
+      const float g = bf16_value(got[i]), v = bf16_value(want[i]);
+      if (std::fabs(g - v) > std::ldexp(std::fabs(v), -7) + 1e-6f && ++off <= 5)
+        ADD_FAILURE() << what << " element " << i << ": fused " << g << " two passes " << v;
+    }
+    EXPECT_EQ(off, 0u) << what;
+    EXPECT_GE(static_cast<double>(equal), 0.99 * static_cast<double>(count)) << what;
+    // The last token alone: its row of every group equals the batch's.
+    const size_t row = static_cast<size_t>(c.H) * c.hd, gw = row / c.G;
+    DeviceBuffer<float> d_one(std::vector<float>(o.end() - static_cast<long>(row), o.end()));
+    DeviceBuffer<int64_t> d_pos1(std::vector<int64_t>{pos.back()});
+    DeviceBuffer<uint16_t> d_one_bf(row);
+    ASSERT_TRUE(rope_inverse_split_groups(d_one.get(), 1, c.H, c.hd, d_pos1.get(), d_freq.get(), c.rope_dim, 1.25f, c.G,
+                                          as_bf16(d_one_bf), nullptr));
+    sync();
+    const std::vector<uint16_t> one = d_one_bf.download();
+    for (int g = 0; g < c.G; ++g)
+      EXPECT_TRUE(std::equal(one.begin() + static_cast<long>(g * gw), one.begin() + static_cast<long>((g + 1) * gw),
+                             got.begin() + static_cast<long>((static_cast<size_t>(g) * c.T + c.T - 1) * gw)))
+          << what << " group " << g << ": alone";
+  }
+  DeviceBuffer<float> d_odd(static_cast<size_t>(2 * 3 * 6)), d_freq(std::vector<float>{1.0f});
+  DeviceBuffer<int64_t> d_pos(std::vector<int64_t>{0, 1});
+  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(2 * 3 * 6));
+  EXPECT_FALSE(rope_inverse_split_groups(d_odd.get(), 2, 3, 6, d_pos.get(), d_freq.get(), 2, 1.0f, 3, as_bf16(d_out),
+                                         nullptr));
 }
 
 // ---------------------------------------------------------------------------------------------

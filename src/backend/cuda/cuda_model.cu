@@ -1219,10 +1219,12 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // V carried RoPE: rotate the output back by the query position.
     rb(o, static_cast<size_t>(T) * H * hd);
     tap_f32(l, "o", o, static_cast<size_t>(T) * H * hd);
-    rope(o, T, H, hd, st.pos, rope_t, rd, rope_f, true, s);
-    // Grouped low-rank output projection.
+    // Grouped low-rank output projection (its bf16 group layout made in the same pass).
     const int G = c.o_groups, gw = H * hd / G, OR = c.o_lora_rank;
-    split_groups(o, T, G, gw, og, s);
+    if (!rope_inverse_split_groups(o, T, H, hd, st.pos, rope_t, rd, rope_f, G, og, s)) {
+      rope(o, T, H, hd, st.pos, rope_t, rd, rope_f, true, s);
+      split_groups(o, T, G, gw, og, s);
+    }
     grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo, s);
     merge_groups(zo, T, G, OR, zo_bf, s);
     tap_bf(l, "zo", zo_bf, static_cast<size_t>(T) * G * OR);

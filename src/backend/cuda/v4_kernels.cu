@@ -216,6 +216,37 @@ __global__ void split_groups_vec4_kernel(const float* o, int T, int G, int gw, b
   dst[0] = __floats2bfloat162_rn(v.x, v.y);
   dst[1] = __floats2bfloat162_rn(v.z, v.w);
 }
+// split_groups with the inverse RoPE of each head's tail (rope_kernel's expressions, sine negated)
+// applied on the way: o [T, H * hd] fp32 -> og [G, T, gw] bf16. 4 columns per thread, row t =
+// blockIdx.y; hd, rope_dim, gw multiples of 4.
+__global__ void rope_inverse_split_groups_vec4_kernel(const float* o, int T, int H, int hd, const int64_t* pos,
+                                                      const float* inv_freq, int rope_dim, float attention_factor,
+                                                      int G, int gw, bf16* og) {
+  pdl_prologue();
+  const int t = static_cast<int>(blockIdx.y);
+  const int j = 4 * static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= H * hd) return;
+  float4 v = *reinterpret_cast<const float4*>(o + static_cast<size_t>(t) * H * hd + j);
+  const int d = j % hd, first = hd - rope_dim;
+  if (d >= first) {
+    const float p = static_cast<float>(pos[t]);
+    const int i = (d - first) / 2;  // pairs i and i + 1
+    float s0, c0, s1, c1;
+    sincosf(inv_freq[i] * p, &s0, &c0);
+    sincosf(inv_freq[i + 1] * p, &s1, &c1);
+    c0 *= attention_factor;
+    s0 *= attention_factor;
+    c1 *= attention_factor;
+    s1 *= attention_factor;
+    s0 = -s0;
+    s1 = -s1;
+    v = make_float4(v.x * c0 - v.y * s0, v.y * c0 + v.x * s0, v.z * c1 - v.w * s1, v.w * c1 + v.z * s1);
+  }
+  const int g = j / gw, c = j % gw;
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(og + (static_cast<size_t>(g) * T + t) * gw + c);
+  dst[0] = __floats2bfloat162_rn(v.x, v.y);
+  dst[1] = __floats2bfloat162_rn(v.z, v.w);
+}
 __global__ void merge_groups_vec4_kernel(const float* zo, int T, int G, int r, bf16* out) {
   pdl_prologue();
   const int t = static_cast<int>(blockIdx.y);
@@ -344,6 +375,20 @@ void split_groups(const float* o, int T, int G, int gw, bf16* og, cudaStream_t s
     return;
   }
   split_groups_kernel<<<capped_blocks(n, 256), 256, 0, stream>>>(o, T, G, gw, og);
+}
+
+bool rope_inverse_split_groups(const float* o, int T, int H, int hd, const int64_t* pos, const float* inv_freq,
+                               int rope_dim, float attention_factor, int G, bf16* og, cudaStream_t stream) {
+  if (T <= 0) return true;
+  const int gw = H * hd / G;
+  const bool vec = hd % 4 == 0 && rope_dim % 4 == 0 && rope_dim <= hd && gw % 4 == 0 && G * gw == H * hd &&
+                   (reinterpret_cast<uintptr_t>(o) & 15u) == 0 && (reinterpret_cast<uintptr_t>(og) & 7u) == 0 &&
+                   T <= 65535 && static_cast<long long>(H) * hd < (1ll << 30);
+  if (!vec) return false;
+  const int quads = H * hd / 4;
+  rope_inverse_split_groups_vec4_kernel<<<dim3(static_cast<unsigned>((quads + 255) / 256), static_cast<unsigned>(T)), 256,
+                                          0, stream>>>(o, T, H, hd, pos, inv_freq, rope_dim, attention_factor, G, gw, og);
+  return true;
 }
 
 void merge_groups(const float* zo, int T, int G, int r, bf16* out, cudaStream_t stream) {

@@ -97,6 +97,11 @@ void page_row_pointers(const StepView& st, const NewRow* rows, int R, size_t pag
 // Grouped output projection layouts: split o [T, G * gw] fp32 into og [G, T, gw] bf16; merge
 // zo [G, T, r] fp32 into out [T, G * r] bf16.
 void split_groups(const float* o, int T, int G, int gw, bf16* og, cudaStream_t stream);
+// rope(o, T, H, hd, pos, inv_freq, rope_dim, attention_factor, inverse = true) then split_groups(o,
+// T, G, H * hd / G, og) in one pass (o is left as it was). Returns false, launching nothing, where
+// the one-pass form does not apply (hd, rope_dim, the group width not multiples of 4; unaligned).
+bool rope_inverse_split_groups(const float* o, int T, int H, int hd, const int64_t* pos, const float* inv_freq,
+                               int rope_dim, float attention_factor, int G, bf16* og, cudaStream_t stream);
 void merge_groups(const float* zo, int T, int G, int r, bf16* out, cudaStream_t stream);
 
 // y[t, :] = x[t, :] * s (fp32, in place).
