@@ -30,7 +30,8 @@
 #include "io/safetensors.h"
 #include "model/loaded_model.h"
 #include "model_test_util.h"
-#include "../model/tensor_error.h"
+#include "../model/teacher_forcing.h"
+#include "../model/tensor_util.h"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -43,21 +44,9 @@ struct RefPrompt {
   std::vector<float> hf_logits;   // prompt row + the decode rows (official-numerics fixture)
 };
 
-std::vector<int32_t> ints(const io::TensorView& t) {
-  std::vector<int32_t> v(static_cast<size_t>(t.num_elements()));
-  for (size_t i = 0; i < v.size(); ++i) {
-    int64_t x;
-    std::memcpy(&x, t.data + 8 * i, 8);
-    v[i] = static_cast<int32_t>(x);
-  }
-  return v;
-}
-std::vector<float> floats(const io::TensorView* t) {
-  if (t == nullptr) return {};
-  std::vector<float> v(static_cast<size_t>(t->num_elements()));
-  std::memcpy(v.data(), t->data, v.size() * 4);
-  return v;
-}
+using testing::to_floats;
+using testing::to_ids;
+std::vector<float> floats_or_empty(const io::TensorView* t) { return t ? to_floats(*t) : std::vector<float>(); }
 
 std::vector<RefPrompt> read_reference(const std::string& dir) {
   std::vector<RefPrompt> out;
@@ -69,12 +58,12 @@ std::vector<RefPrompt> read_reference(const std::string& dir) {
     const io::TensorView* ids = set->find(p + "input_ids");
     if (ids == nullptr) break;
     RefPrompt r;
-    r.seq = ints(*ids);
+    r.seq = to_ids(*ids);
     r.prompt_len = static_cast<int>(r.seq.size());
-    r.greedy = ints(*set->find(p + "greedy_tokens"));
+    r.greedy = to_ids(*set->find(p + "greedy_tokens"));
     r.seq.insert(r.seq.end(), r.greedy.begin(), r.greedy.end() - 1);
-    r.logits = floats(set->find(p + "logits"));
-    r.hf_logits = floats(set->find(p + "hf_logits"));
+    r.logits = floats_or_empty(set->find(p + "logits"));
+    r.hf_logits = floats_or_empty(set->find(p + "hf_logits"));
     out.push_back(std::move(r));
   }
   return out;
@@ -189,57 +178,9 @@ TEST(CudaFixtures, SmallOfficialNumericsReleaseIsCloserToTheOfficialCodeThanExac
 // the block (it named attention while the release path used bf16 probabilities: 11-16% there, with
 // the taps' write-back race then still in; 0.12-0.31% since). Bounds: the CPU's own (0.6% relative
 // rms, 0.05 max abs per block; logits 0.01).
-std::vector<float> as_floats(const io::TensorView& t) {
-  std::vector<float> out(static_cast<size_t>(t.num_elements()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (t.dtype == io::DType::kF32) {
-      std::memcpy(&out[i], t.data + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, t.data + 2 * i, 2);
-      out[i] = io::bf16_to_f32(h);
-    }
-  }
-  return out;
-}
 
-using Taps = std::map<std::string, std::vector<float>>;
-
-// p0 of the teacher-forcing file through a forward (prefill, then one decode step) whose tap is
-// installed by `set_tap`: every block input the file has ("attn_in", "ffn_in", "h_out") is replaced
-// by the official code's; every tapped tensor (after feeding) is recorded under "prefill."/"dec1."
-// + its name, and the logits under "prefill.logits" (the file's last rows) and "dec1.logits".
-template <class SetTap, class Forward>
-Taps teacher_forced_taps(const io::SafetensorsSet& ref, SetTap set_tap, Forward forward) {
-  Taps taps;
-  std::string phase;
-  set_tap([&](const std::string& name, float* data, size_t n) {
-    const std::string what = name.substr(name.find('.') + 1);
-    if (what == "attn_in" || what == "ffn_in" || what == "h_out") {
-      if (const io::TensorView* t = ref.find(phase + name)) {
-        const std::vector<float> want = as_floats(*t);
-        EXPECT_EQ(want.size(), n) << name;
-        if (want.size() == n) std::memcpy(data, want.data(), n * sizeof(float));  // feed the official input
-      }
-    }
-    taps[phase + name].assign(data, data + n);
-  });
-  const std::vector<int> table = {0, 1};
-  const std::vector<int32_t> ids = ints(*ref.find("input_ids"));
-  std::vector<float> logits;
-  phase = "prefill.";
-  const SeqChunk prefill{ids, 0, 0, table, LogitRows::kAll};
-  EXPECT_TRUE(forward(prefill, &logits).is_ok());
-  const size_t last = ref.find("prefill.logits")->num_elements();
-  EXPECT_GE(logits.size(), last);
-  if (logits.size() >= last) taps["prefill.logits"].assign(logits.end() - static_cast<long>(last), logits.end());
-  phase = "dec1.";
-  const std::vector<int32_t> next = ints(*ref.find("dec1.token"));
-  const SeqChunk decode{next, static_cast<int64_t>(ids.size()), 0, table, LogitRows::kLast};
-  EXPECT_TRUE(forward(decode, &logits).is_ok());
-  taps["dec1.logits"] = logits;
-  return taps;
-}
+using testing::Taps;
+using testing::teacher_forced_taps;
 
 using TapError = testing::TensorError;
 TapError error_of(const std::vector<float>& got, const std::vector<float>& want) {
@@ -276,18 +217,6 @@ Taps gpu_teacher_forced(const TeacherForcing& tf) {
       [&](const SeqChunk& q, std::vector<float>* logits) { return (*gpu)->forward(std::span<const SeqChunk>(&q, 1), logits); });
 }
 
-Taps cpu_teacher_forced(const TeacherForcing& tf) {
-  const ModelConfig& c = tf.loaded->config;
-  auto backend = make_cpu_backend();
-  model::DeepSeekV4 net(c, tf.loaded->weights, *backend, model::Numerics::kRelease);
-  auto shape = model::make_state_cache_shape(c, model::default_block_size(c), model::KvCacheDtype::kBF16);
-  EXPECT_TRUE(shape.is_ok());
-  model::StateStorage cache(*shape, 1, 2);
-  return teacher_forced_taps(
-      *tf.ref, [&](model::DeepSeekV4::Tap t) { net.set_tap(std::move(t)); },
-      [&](const SeqChunk& q, std::vector<float>* logits) { return net.forward(std::span<const SeqChunk>(&q, 1), cache, logits); });
-}
-
 TEST(CudaFixtures, SmallOfficialNumericsReleaseBlocksFedTheOfficialInputs) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TeacherForcing tf = open_teacher_forcing();
@@ -299,7 +228,7 @@ TEST(CudaFixtures, SmallOfficialNumericsReleaseBlocksFedTheOfficialInputs) {
     if (what != "attn_out" && what != "ffn_out" && what != "logits") continue;
     const io::TensorView* t = tf.ref->find(name);
     ASSERT_NE(t, nullptr) << name;
-    const std::vector<float> want = as_floats(*t);
+    const std::vector<float> want = to_floats(*t);
     ASSERT_EQ(got.size(), want.size()) << name;
     const TapError e = error_of(got, want);
     ++blocks;
@@ -326,7 +255,9 @@ TEST(CudaFixtures, SmallOfficialNumericsReleaseGpuAgainstCpuInsideBlocks) {
   const TeacherForcing tf = open_teacher_forcing();
   ASSERT_TRUE(tf.loaded && tf.ref);
   const int topk = tf.loaded->config.index_topk;
-  const Taps gpu = gpu_teacher_forced(tf), cpu = cpu_teacher_forced(tf);
+  const Taps gpu = gpu_teacher_forced(tf);
+  const Taps cpu =
+      testing::cpu_teacher_forced_taps(tf.loaded->config, tf.loaded->weights, model::Numerics::kRelease, *tf.ref);
   // "prefill.L1" -> tokens whose indexer selection differs.
   std::map<std::string, std::vector<bool>> swapped;
   for (const auto& [name, want] : cpu) {

@@ -345,14 +345,7 @@ void for_fp8_checkpoint_weights(ModelWeights& w, Q q) {
     flag(L.wkv);
     flag(L.wo_b);
     if (L.has_indexer) flag(L.indexer.wq_b);
-    for (model::ExpertWeights& e : L.experts) {
-      flag(e.w1);
-      flag(e.w2);
-      flag(e.w3);
-    }
-    flag(L.shared.w1);
-    flag(L.shared.w2);
-    flag(L.shared.w3);
+    for_each_expert_matrix(L, flag);
   }
 }
 

@@ -26,6 +26,19 @@ using model::ModelConfig;
 using model::ModelWeights;
 using model::SeqChunk;
 
+// Calls f on every expert matrix of a layer: w1, w2, w3 of each routed expert, then the shared one's.
+template <class F>
+void for_each_expert_matrix(model::LayerWeights& L, F&& f) {
+  for (model::ExpertWeights& e : L.experts) {
+    f(e.w1);
+    f(e.w2);
+    f(e.w3);
+  }
+  f(L.shared.w1);
+  f(L.shared.w2);
+  f(L.shared.w3);
+}
+
 // The GPU keeps GEMM weights as bf16 (mHC mixing matrices stay fp32): the CPU reference gets the
 // same values.
 inline void round_gemm_weights_to_bf16(ModelWeights& w) {
@@ -49,14 +62,7 @@ inline void round_gemm_weights_to_bf16(ModelWeights& w) {
       r(L.indexer.weights_proj);
     }
     r(L.gate);
-    for (model::ExpertWeights& e : L.experts) {
-      r(e.w1);
-      r(e.w2);
-      r(e.w3);
-    }
-    r(L.shared.w1);
-    r(L.shared.w2);
-    r(L.shared.w3);
+    for_each_expert_matrix(L, r);
   }
 }
 

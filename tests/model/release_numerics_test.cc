@@ -22,7 +22,7 @@
 #include "model/deepseek_v4.h"
 #include "model/loaded_model.h"
 #include "model/state_cache.h"
-#include "tensor_error.h"
+#include "teacher_forcing.h"
 #include "test_util.h"
 
 namespace deepinfer {
@@ -117,7 +117,8 @@ BlockError compare(const float* got, const std::vector<float>& want) {
 }
 
 // Runs the official-numerics fixture's prompt p0 through our forward (prefill, then one decode step),
-// overwriting every block's input with the official activations; records each block's output error.
+// overwriting every block's input with the official activations; records each block's output error
+// (attention and MoE outputs) and the logits'.
 std::map<std::string, BlockError> teacher_forced(model::Numerics numerics) {
   std::map<std::string, BlockError> errors;
   auto loaded = model::load_model_dir(official_dir());
@@ -126,39 +127,16 @@ std::map<std::string, BlockError> teacher_forced(model::Numerics numerics) {
   auto ref = io::SafetensorsSet::open_files({testing::test_data("release-numerics/teacher_forcing_p0.safetensors")});
   EXPECT_TRUE(ref.is_ok()) << ref.status().to_string();
   if (!ref.is_ok()) return errors;
-  const model::ModelConfig& c = (*loaded)->config;
-  auto backend = backend::make_cpu_backend();
-  model::DeepSeekV4 net(c, (*loaded)->weights, *backend, numerics);
-  std::string phase;
-  net.set_tap([&](const std::string& name, float* data, size_t n) {
-    const io::TensorView* t = ref->find(phase + name);
-    if (t == nullptr) return;
+  const testing::Taps taps = testing::cpu_teacher_forced_taps((*loaded)->config, (*loaded)->weights, numerics, *ref);
+  for (const auto& [name, got] : taps) {
+    if (!name.ends_with("attn_out") && !name.ends_with("ffn_out") && !name.ends_with("logits")) continue;
+    const io::TensorView* t = ref->find(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (t == nullptr) continue;
     const std::vector<float> want = testing::to_floats(*t);
-    EXPECT_EQ(want.size(), n) << name;
-    if (want.size() != n) return;
-    const std::string what = name.substr(name.find('.') + 1);
-    if (what == "attn_in" || what == "ffn_in" || what == "h_out") {
-      std::memcpy(data, want.data(), n * sizeof(float));  // feed the official input
-    } else {
-      errors[phase + name] = compare(data, want);
-    }
-  });
-  auto shape = model::make_state_cache_shape(c, model::default_block_size(c), model::KvCacheDtype::kBF16);
-  EXPECT_TRUE(shape.is_ok());
-  model::StateStorage storage(*shape, 1, 1);
-  const std::vector<int> table = {0};
-  const std::vector<int32_t> ids = testing::to_ids(*ref->find("input_ids"));
-  std::vector<float> logits;
-  phase = "prefill.";
-  const model::SeqChunk prefill{ids, 0, 0, table, model::LogitRows::kAll};
-  EXPECT_TRUE(net.forward(std::span<const model::SeqChunk>(&prefill, 1), storage, &logits).is_ok());
-  const std::vector<float> want_prefill = testing::to_floats(*ref->find("prefill.logits"));  // last 16 rows
-  errors["prefill.logits"] = compare(logits.data() + logits.size() - want_prefill.size(), want_prefill);
-  phase = "dec1.";
-  const std::vector<int32_t> next = testing::to_ids(*ref->find("dec1.token"));
-  const model::SeqChunk decode{next, static_cast<int64_t>(ids.size()), 0, table, model::LogitRows::kLast};
-  EXPECT_TRUE(net.forward(std::span<const model::SeqChunk>(&decode, 1), storage, &logits).is_ok());
-  errors["dec1.logits"] = compare(logits.data(), testing::to_floats(*ref->find("dec1.logits")));
+    EXPECT_EQ(got.size(), want.size()) << name;
+    if (got.size() == want.size()) errors[name] = compare(got.data(), want);
+  }
   return errors;
 }
 

@@ -13,6 +13,7 @@
 
 #include "io/dtype.h"
 #include "io/safetensors.h"
+#include "tensor_util.h"
 
 namespace deepinfer::testing {
 
@@ -29,25 +30,6 @@ struct Reference {
   };
   std::vector<Prompt> prompts;
 };
-
-inline std::vector<float> to_floats(const io::TensorView& t) {
-  std::vector<float> out(static_cast<size_t>(t.num_elements()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (t.dtype == io::DType::kF32) std::memcpy(&out[i], t.data + 4 * i, 4);
-    else if (t.dtype == io::DType::kBF16) out[i] = io::bf16_to_f32(static_cast<uint16_t>(t.data[2 * i] | (t.data[2 * i + 1] << 8)));
-  }
-  return out;
-}
-
-inline std::vector<int32_t> to_ids(const io::TensorView& t) {
-  std::vector<int32_t> out(static_cast<size_t>(t.num_elements()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t v;
-    std::memcpy(&v, t.data + 8 * i, 8);
-    out[i] = static_cast<int32_t>(v);
-  }
-  return out;
-}
 
 // Loads `file` (a reference.safetensors). Returns false if it is absent.
 inline bool load_reference(const std::string& file, Reference* ref) {

@@ -17,7 +17,7 @@ if [ -n "$pack" ] && [ -d "$pack" ]; then
   export DEEPINFER_SHARED=.gpux/shared
   note "fixtures: $(ls .gpux/shared/fixtures | tr '\n' ' ')"
 fi
-note "== $(date +%H:%M:%S) build $(git rev-parse --short HEAD 2>/dev/null)"
+note "== $(date +%H:%M:%S) build"
 bash tools/gpu/run_all.sh build "$logs" >"$logs/build_stage.txt" 2>&1 || { note "build FAILED"; tail -30 "$logs/build_stage.txt" | tee -a "$summary"; }
 for spec in $tests; do
   t=${spec%%:*}; filter='*'; [ "$spec" != "$t" ] && filter=${spec#*:}

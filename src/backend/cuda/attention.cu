@@ -246,6 +246,21 @@ struct AttnLayout {
 // kFp8: rows are FP8 KV rows. Their raw bytes are staged (cp.async) in the second row buffer,
 // then decoded to bf16 into the first: one bf16 tile buffer, the same tile contents and the same
 // compute as for bf16 rows holding the decoded values.
+// 16 consecutive bf16 values (32-byte aligned) as floats, in order.
+__device__ __forceinline__ void load_bf16x16(const bf16* src, float (&out)[16]) {
+  const uint4* v = reinterpret_cast<const uint4*>(src);
+  const uint4 a = v[0], b = v[1];
+  const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    __nv_bfloat162 pair;
+    static_assert(sizeof(pair) == sizeof(uint32_t));
+    memcpy(&pair, &words[w], sizeof(pair));
+    out[2 * w] = __low2float(pair);
+    out[2 * w + 1] = __high2float(pair);
+  }
+}
+
 template <int D, int kMTiles, bool kFp8, bool kSplitP>
 __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const SinkAttentionParams p) {
   pdl_prologue();
@@ -465,32 +480,18 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
     //      the warp layout above.
     if (tid < kHeads * 4) {  // whole warps (kHeads * 4 is 64, 128 or 256)
       const int h = tid / 4, quarter = tid % 4;
-      const uint4* prow = reinterpret_cast<const uint4*>(p_s + h * kPPitch + quarter * 16);
-      const uint4 lo = prow[0], hi = prow[1];
-      const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      [[maybe_unused]] uint32_t lo_words[8] = {};
+      // This quarter's 16 values; under kSplitP hi + lo (exact in fp32: at most 17 significant bits).
+      float pv[16];
+      load_bf16x16(p_s + h * kPPitch + quarter * 16, pv);
       if constexpr (kSplitP) {
-        const uint4* plo = reinterpret_cast<const uint4*>(plo_s + h * kPPitch + quarter * 16);
-        const uint4 a = plo[0], b = plo[1];
-        const uint32_t w8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        for (int w = 0; w < 8; ++w) lo_words[w] = w8[w];
+        float low[16];
+        load_bf16x16(plo_s + h * kPPitch + quarter * 16, low);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) pv[i] = __fadd_rn(pv[i], low[i]);
       }
       float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < 8; ++w) {
-        __nv_bfloat162 pair;
-        static_assert(sizeof(pair) == sizeof(uint32_t));
-        memcpy(&pair, &words[w], sizeof(pair));
-        if constexpr (kSplitP) {  // hi + lo is exact in fp32 (at most 17 significant bits)
-          __nv_bfloat162 low;
-          memcpy(&low, &lo_words[w], sizeof(low));
-          sum += __fadd_rn(__low2float(pair), __low2float(low));
-          sum += __fadd_rn(__high2float(pair), __high2float(low));
-        } else {
-          sum += __low2float(pair);
-          sum += __high2float(pair);
-        }
-      }
+      for (int i = 0; i < 16; ++i) sum += pv[i];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       if (quarter == 0) {

@@ -211,16 +211,27 @@ __device__ __forceinline__ float rms_partial_sum(const float* xr, int n, bool ve
   }
   return ss;
 }
+// The scale of a row from its sum of squares. Same expression as the CPU reference: IEEE division
+// and square root.
+__device__ __forceinline__ float rms_scale(float sum_squares, int n, float eps) {
+  return 1.0f / sqrtf(sum_squares / static_cast<float>(n) + eps);
+}
+// Chunk c of a row scaled by r (and the weight).
+__device__ __forceinline__ float4 rms_scaled_chunk(const float* xr, int c, int n, bool vec, float r,
+                                                   const float* weight) {
+  const float4 v = load4(xr, c, n, vec);
+  float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
+  if (weight != nullptr) {
+    const float4 w = load4(weight, c, n, vec);
+    y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
+  }
+  return y;
+}
 __device__ __forceinline__ void rms_scale_store(const float* xr, size_t row, int n, float r, const float* weight,
                                                 float* y_f32, bf16* y_bf16, bool vec, int first, int stride) {
   const int chunks = ceil_div(n, 4);
   for (int c = first; c < chunks; c += stride) {
-    const float4 v = load4(xr, c, n, vec);
-    float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
-    if (weight != nullptr) {
-      const float4 w = load4(weight, c, n, vec);
-      y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
-    }
+    const float4 y = rms_scaled_chunk(xr, c, n, vec, r, weight);
     if (y_f32 != nullptr) store4(y_f32 + row, c, n, vec, y);
     if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, vec, y);
   }
@@ -233,8 +244,7 @@ __global__ void __launch_bounds__(kRmsThreads)
   const size_t row = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(n);
   const int tid = static_cast<int>(threadIdx.x);
   const float total = block_sum<kRmsThreads>(rms_partial_sum(x + row, n, vec, tid, kRmsThreads), scratch);
-  // Same expression as the CPU reference: IEEE division and square root.
-  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
+  const float r = rms_scale(total, n, eps);
   // (After the barrier in block_sum: every thread has read its chunks.)
   rms_scale_store(x + row, row, n, r, weight, y_f32, y_bf16, vec, tid, kRmsThreads);
 }
@@ -246,6 +256,15 @@ __global__ void __launch_bounds__(kRmsThreads)
 // the vector and scalar (unaligned) layouts, like the block form.
 constexpr int kRmsWarpMaxN = 2048;
 constexpr int kRmsWarpRows = 8;
+
+// The warp form's scale of row xr, in every lane; on return every lane has read its chunks (so the
+// row may be rewritten in place).
+__device__ __forceinline__ float warp_rms_scale(const float* xr, int n, bool vec, int lane, float eps) {
+  const float r = rms_scale(warp_sum(rms_partial_sum(xr, n, vec, lane, 32)), n, eps);
+  __syncwarp();
+  return r;
+}
+
 __global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const float* x, int M, int n,
                                                                           const float* weight, float eps, float* y_f32,
                                                                           bf16* y_bf16, bool vec) {
@@ -254,9 +273,7 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const 
   const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
   if (m >= M) return;
   const size_t row = static_cast<size_t>(m) * static_cast<size_t>(n);
-  const float total = warp_sum(rms_partial_sum(x + row, n, vec, lane, 32));
-  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
-  __syncwarp();  // every lane has read its chunks before any lane rewrites them (y_f32 may alias x)
+  const float r = warp_rms_scale(x + row, n, vec, lane, eps);  // (y_f32 may alias x)
   rms_scale_store(x + row, row, n, r, weight, y_f32, y_bf16, vec, lane, 32);
 }
 
@@ -264,6 +281,18 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const 
 // RoPE: one block per row; the row's cos/sin table is built once in shared memory.
 
 constexpr int kRopeThreads = 128;
+
+// (cos, sin) of pair i's angle inv_freq * p, scaled by the attention factor; the sine negated for
+// the inverse rotation.
+__device__ __forceinline__ float2 rope_cos_sin(float inv_freq, float p, float attention_factor, bool inverse) {
+  float s, c;
+  sincosf(inv_freq * p, &s, &c);
+  s *= attention_factor;
+  return make_float2(c * attention_factor, inverse ? -s : s);
+}
+__device__ __forceinline__ float2 rope_rotate(float2 ab, float2 cs) {
+  return make_float2(ab.x * cs.x - ab.y * cs.y, ab.y * cs.x + ab.x * cs.y);
+}
 
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* __restrict__ x, int heads, int head_dim, const int64_t* __restrict__ pos,
@@ -274,11 +303,9 @@ __global__ void __launch_bounds__(kRopeThreads)
   const int m = static_cast<int>(blockIdx.x);
   const float p = static_cast<float>(pos[m]);
   for (int i = static_cast<int>(threadIdx.x); i < half; i += kRopeThreads) {
-    float s, c;
-    sincosf(inv_freq[i] * p, &s, &c);
-    cos_sin[i] = c * attention_factor;
-    s *= attention_factor;
-    cos_sin[half + i] = inverse ? -s : s;
+    const float2 cs = rope_cos_sin(inv_freq[i], p, attention_factor, inverse);
+    cos_sin[i] = cs.x;
+    cos_sin[half + i] = cs.y;
   }
   __syncthreads();
   float* row = x + static_cast<size_t>(m) * heads * head_dim + (head_dim - rope_dim);
@@ -286,8 +313,7 @@ __global__ void __launch_bounds__(kRopeThreads)
     const int h = q / half, i = q % half;
     float* v = row + static_cast<size_t>(h) * head_dim + 2 * i;
     float2 ab = vec ? *reinterpret_cast<const float2*>(v) : make_float2(v[0], v[1]);
-    const float c = cos_sin[i], s = cos_sin[half + i];
-    const float2 out = make_float2(ab.x * c - ab.y * s, ab.y * c + ab.x * s);
+    const float2 out = rope_rotate(ab, make_float2(cos_sin[i], cos_sin[half + i]));
     if (vec) {
       *reinterpret_cast<float2*>(v) = out;
     } else {
@@ -1006,29 +1032,17 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows)
   const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
   if (m >= rows) return;
   const size_t row = static_cast<size_t>(m) * static_cast<size_t>(n);
-  const float total = warp_sum(rms_partial_sum(x + row, n, true, lane, 32));
-  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
-  __syncwarp();  // every lane has read its chunks before any lane rewrites them (y_f32 may alias x)
+  const float r = warp_rms_scale(x + row, n, true, lane, eps);  // (y_f32 may alias x)
   const float p = static_cast<float>(pos[m / heads]);
   const int first_rotated = (n - rope_dim) / 4;  // chunk index
   for (int c = lane; c < n / 4; c += 32) {
-    const float4 v = load4(x + row, c, n, true);
-    float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
-    if (weight != nullptr) {
-      const float4 w = load4(weight, c, n, true);
-      y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
-    }
+    float4 y = rms_scaled_chunk(x + row, c, n, true, r, weight);
     if (round_mid) y = make_float4(round_bf16_dev(y.x), round_bf16_dev(y.y), round_bf16_dev(y.z), round_bf16_dev(y.w));
     if (c >= first_rotated) {
       const int i = 2 * (c - first_rotated);  // pairs i and i + 1 of the rotated tail
-      float s0, c0, s1, c1;
-      sincosf(inv_freq[i] * p, &s0, &c0);
-      sincosf(inv_freq[i + 1] * p, &s1, &c1);
-      c0 *= attention_factor;
-      s0 *= attention_factor;
-      c1 *= attention_factor;
-      s1 *= attention_factor;
-      y = make_float4(y.x * c0 - y.y * s0, y.y * c0 + y.x * s0, y.z * c1 - y.w * s1, y.w * c1 + y.z * s1);
+      const float2 lo = rope_rotate(make_float2(y.x, y.y), rope_cos_sin(inv_freq[i], p, attention_factor, false));
+      const float2 hi = rope_rotate(make_float2(y.z, y.w), rope_cos_sin(inv_freq[i + 1], p, attention_factor, false));
+      y = make_float4(lo.x, lo.y, hi.x, hi.y);
     }
     if (y_f32 != nullptr) store4(y_f32 + row, c, n, true, y);
     if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, true, y);
