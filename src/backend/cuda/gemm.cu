@@ -114,13 +114,14 @@ using CfgM128N256K64 = TileConfig<128, 256, 64, 2, 4, 4, 1, SliceReduction::kNon
 
 enum ConfigId {
   kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kM128N256Fold, kM16N32K256, kM16N32S4, kM64N64K128,
-  kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kWgmmaM64Cluster2, kNumConfigs
+  kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kWgmmaM64Cluster2, kWgmmaM128Cluster,
+  kWgmmaM64N256Cluster, kNumConfigs
 };
 constexpr const char* kConfigNames[kNumConfigs] = {
     "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
     "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64",
     "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster",
-    "wgmma_tma_m64n128_cluster_2cta"};
+    "wgmma_tma_m64n128_cluster_2cta", "wgmma_tma_m128n128_cluster", "wgmma_tma_m64n256_cluster"};
 
 struct GemmParams {
   const bf16* x;                     // [rows, K]
@@ -444,36 +445,53 @@ void launch(GemmParams p, int grouped_max_rows, cudaStream_t stream) {
 // group (grouped), `total_rows` the rows of the whole call. `tma`: the TMA + wgmma tiles can run
 // this call (K % 64 == 0, aligned operands, dense or stacked weights, an sm_90 device).
 int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan, bool tma) {
+  // Every rule below is a timing choice only (any configuration gives the same bits). Numbers: H200,
+  // `deepinfer_bench_gemm --configs --ms 1,6,64,256,384,1536`, us per call; "Ng" = N groups (experts).
   const long long k = static_cast<long long>(plan.num_chunks) * 16, weight_elems = static_cast<long long>(N) * k;
   const bool grouped = total_rows > rows;
+  constexpr long long k16M = 16ll << 20, k64M = 64ll << 20;
+  if (grouped && rows <= 64 && tma) {
+    // Experts at decode. One or two rows an expert: the 64 x 256 tile (x read once per 256 weight
+    // rows, one m64n256 wgmma a k16 step): 4096x4096x32g at 6 rows 61.8 (64x128 two-CTA 68.0, decode
+    // tile 65.9), at 64 rows 281.9 (293.0); 1024x4096x8g at 6 rows 19.7 (the 16-row tile 34.2).
+    // More rows: the 64 x 128 tile at two CTAs per SM (4096x2048x32g at 384 rows 147.3, the 16-row
+    // tile 253.4; 1024x4096x8g at 64 rows 28.4, 64x256 29.4).
+    return rows <= 2 ? kWgmmaM64N256Cluster : kWgmmaM64Cluster2;
+  }
   if (rows <= 16) {
-    // Measured on the H200 (bench --configs --ms 1,384,1536): the 64 x 128 TMA tile at two CTAs per
-    // SM streams a big expert stack faster than the decode tiles (32 experts of 4096 x 4096: 284 vs
-    // 330 us at 12 rows an expert, 16.6 vs 18.3 us for one row), and a long-K projection (4096 x
-    // 8192 at one row: 23.6 vs 27.4 us); smaller weights and the LM head stay on the decode tiles.
-    if (tma && ((grouped && weight_elems >= (16ll << 20)) ||
-                (!grouped && k >= 8192 && weight_elems <= (64ll << 20))))
-      return kWgmmaM64Cluster2;
-    // The 4-stage, 4-CTA/SM decode tile streams big weights faster (LM head 4.1 vs 3.5 TB/s,
-    // 4096x8192 2.3 vs 1.9), the 8-stage one small ones.
-    return weight_elems >= (16ll << 20) ? kM16N32S4 : kM16N32;
+    if (grouped) return kM16N32S4;  // no TMA: 4096x2048x32g at 6 rows 33.6 (the 8-stage tile 53.8)
+    // One token, dense: 16M..64M weights with K >= 4096 on the 64 x 256 TMA tile (4096x4096 13.8 vs
+    // 16.2 on the 4-stage decode tile, 4096x8192 22.0 vs 23.4); other big weights (LM head, 32768 x
+    // 1024) on the 4-stage, 4-CTA/SM decode tile (248 / 18.4, the best measured); small ones on the
+    // 256-wide k-tile (512x4096 6.0, 8192x1024 6.6, 4096x2048 8.0 vs 6.5 / 7.0 / 8.4 at k 128).
+    if (tma && k >= 4096 && weight_elems >= k16M && weight_elems <= k64M) return kWgmmaM64N256Cluster;
+    return weight_elems >= k16M ? kM16N32S4 : kM16N32K256;
   }
-  if (rows > 64) {
-    const long long sms = sm_count();
-    const auto tiles = [&](int bm, int bn) { return (total_rows + bm - 1) / bm * ((N + bn - 1) / bn); };
-    if (tma) {
-      // Measured (bench --configs, H200): the 128 x 128 fold beats the 64-row cluster tile from about
-      // half a wave of tiles (N = 512, M = 4096: 39 vs 78 us).
-      if (plan.num_slices == 1 && tiles(128, 256) >= sms) return kWgmmaN256;
-      if (2 * tiles(128, 128) >= sms) return kWgmmaN128;
-    }
-    if (tiles(128, 256) >= sms) return plan.num_slices == 1 ? kM128N256 : kM128N256Fold;
-    if (tiles(128, 128) >= sms) return plan.num_slices == 1 ? kM128N128 : kM128N128Fold;
+  if (rows <= 64) {
+    // Dense, 17..64 rows: small weights on the one-CTA/SM 64-row tile (64 rows: 1024x4096 8.9 vs 10.3
+    // at two CTAs/SM, 4096x2048 10.5 vs 11.7), big ones at two CTAs/SM (4096x4096 15.3 vs 19.2).
+    if (tma) return weight_elems < k16M ? kWgmmaM64Cluster : kWgmmaM64Cluster2;
+    return kM64N64;
   }
-  // Between decode and big tiles: the two-CTA/SM form of the 64-row TMA tile beat the one-CTA form
-  // on every shape measured (384 rows: 15.5 vs 19.2 us for 1024 x 4096, 284 vs 327 us for 32
-  // experts of 4096 x 4096; 1536 rows of 512 x 4096: 28.5 vs 33.1 us).
-  return tma ? kWgmmaM64Cluster2 : kM64N64;
+  const long long sms = sm_count();
+  const auto tiles = [&](int bm, int bn) { return (total_rows + bm - 1) / bm * ((N + bn - 1) / bn); };
+  if (tma) {
+    if (plan.num_slices == 1 && tiles(128, 256) >= sms) return kWgmmaN256;
+    // Short K (16 k-tiles): the big tiles' fill and drain outweigh their reuse until the 128 x 256
+    // tile fills the GPU (8192x1024 at 384 rows: 64x128 two-CTA 19.9, 128x128 26.9).
+    if (!grouped && k <= 1024) return kWgmmaM64Cluster2;
+    // The 128 x 128 fold from about half a wave of tiles (4096x4096 at 384 rows 38.3, 128-row
+    // cluster 46.8; N = 512, M = 4096: 39 vs 78 on the 64-row tile).
+    if (2 * tiles(128, 128) >= sms) return kWgmmaN128;
+    // Fewer rows: 128-row tiles over the cluster slices read each weight tile once per 128 rows (the
+    // 64-row tiles twice) when they make at least 64 CTAs (256 rows: 4096x8192 52.8 vs 59.7 two-CTA
+    // 64-row, 4096x2048 13.4 vs 16.4, 1024x4096 12.6 vs 13.4).
+    if (!grouped && plan.num_slices > 1 && tiles(128, 128) * plan.num_slices >= 64) return kWgmmaM128Cluster;
+    return kWgmmaM64Cluster2;
+  }
+  if (tiles(128, 256) >= sms) return plan.num_slices == 1 ? kM128N256 : kM128N256Fold;
+  if (tiles(128, 128) >= sms) return plan.num_slices == 1 ? kM128N128 : kM128N128Fold;
+  return kM64N64;
 }
 
 // kNone configs cannot combine slices: with S > 1 they are replaced by the same tile with the fold.
@@ -484,7 +502,10 @@ int legal_config(int config, const SlicePlan& plan, bool tma) {
   if (config == kWgmmaN256 && plan.num_slices > 1) config = kWgmmaN128;
   if (config == kWgmmaN128 && !tma) return plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   if (config == kWgmmaN256 && !tma) return kM128N256;
-  if ((config == kWgmmaM64Cluster || config == kWgmmaM64Cluster2) && !tma) return kM64N64;
+  if ((config == kWgmmaM64Cluster || config == kWgmmaM64Cluster2 || config == kWgmmaM128Cluster ||
+       config == kWgmmaM64N256Cluster) &&
+      !tma)
+    return kM64N64;
   if (plan.num_slices > 1 && config == kM128N128) return kM128N128Fold;
   if (plan.num_slices > 1 && (config == kM128N256 || config == kM128N256K64)) return kM128N256Fold;
   return config;
@@ -508,6 +529,8 @@ void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_row
                   config == kWgmmaN256          ? wgmma_path::Tile::kM128N256
                   : config == kWgmmaN128        ? wgmma_path::Tile::kM128N128Fold
                   : config == kWgmmaM64Cluster2 ? wgmma_path::Tile::kM64N128ClusterTwoPerSm
+                  : config == kWgmmaM128Cluster ? wgmma_path::Tile::kM128N128Cluster
+                  : config == kWgmmaM64N256Cluster ? wgmma_path::Tile::kM64N256Cluster
                                                 : wgmma_path::Tile::kM64N128Cluster,
                   stream);
 }
@@ -556,7 +579,7 @@ void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, Ou
 int config_rows(int config) {
   return config == kM16N32 || config == kM16N32K256 || config == kM16N32S4       ? 16
          : config == kM64N64 || config == kM64N64K128 || config == kWgmmaM64Cluster ||
-                   config == kWgmmaM64Cluster2
+                   config == kWgmmaM64Cluster2 || config == kWgmmaM64N256Cluster
                ? 64
                                                                                    : 128;
 }

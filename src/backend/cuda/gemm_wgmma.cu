@@ -72,6 +72,11 @@ using CfgM128N256 = Config<2, 256, Mode::kNone>;
 using CfgM64N128Cluster = Config<1, 128, Mode::kCluster>;
 // Half the stages (4 x 24 KB), two CTAs per SM: one CTA's pipeline fill overlaps the other's stream.
 using CfgM64N128ClusterTwoPerSm = Config<1, 128, Mode::kCluster, 100>;
+// Mid M (a few hundred rows, too few 128-row tiles for a wave without slices): the 128-row tile
+// split over cluster slices reads each weight tile once per 128 rows instead of once per 64.
+using CfgM128N128Cluster = Config<2, 128, Mode::kCluster>;
+// Grouped experts at a few dozen rows each: x is re-read once per 256 weight rows instead of 128.
+using CfgM64N256Cluster = Config<1, 256, Mode::kCluster>;
 
 struct Params {
   const int* row_offsets;  // grouped: [G + 1]
@@ -449,6 +454,8 @@ void run(const Problem& pr, Tile tile, cudaStream_t stream) {
     case Tile::kM128N256: run_config<CfgM128N256>(pr, stream); break;
     case Tile::kM64N128Cluster: run_config<CfgM64N128Cluster>(pr, stream); break;
     case Tile::kM64N128ClusterTwoPerSm: run_config<CfgM64N128ClusterTwoPerSm>(pr, stream); break;
+    case Tile::kM128N128Cluster: run_config<CfgM128N128Cluster>(pr, stream); break;
+    case Tile::kM64N256Cluster: run_config<CfgM64N256Cluster>(pr, stream); break;
   }
 }
 

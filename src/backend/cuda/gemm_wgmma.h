@@ -38,6 +38,8 @@ enum class Tile {
   kM128N256,        // 128 x 256, num_slices == 1 only (large M)
   kM64N128Cluster,  // 64 x 128, the S CTAs of a cluster run one slice each, DSMEM sum (small and mid M)
   kM64N128ClusterTwoPerSm,  // the same with 4 stages, two CTAs per SM
+  kM128N128Cluster,  // 128 x 128, cluster slices (mid M: half the weight re-reads of 64-row tiles)
+  kM64N256Cluster,   // 64 x 256, cluster slices, one m64n256 wgmma per k16 step (half the x re-reads)
 };
 // Asynchronous on `stream`; grouped calls launch max_rows / BM + G row-tile slots.
 void run(const Problem& problem, Tile tile, cudaStream_t stream);
