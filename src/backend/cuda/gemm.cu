@@ -117,11 +117,12 @@ enum ConfigId {
   kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kWgmmaM64Cluster2, kWgmmaM128Cluster,
   kWgmmaM64N256Cluster, kNumConfigs
 };
-constexpr const char* kConfigNames[kNumConfigs] = {
+constexpr const char* kConfigNames[] = {
     "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
     "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64",
     "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster",
     "wgmma_tma_m64n128_cluster_2cta", "wgmma_tma_m128n128_cluster", "wgmma_tma_m64n256_cluster"};
+static_assert(sizeof(kConfigNames) / sizeof(kConfigNames[0]) == kNumConfigs, "one name per tile configuration");
 
 struct GemmParams {
   const bf16* x;                     // [rows, K]
