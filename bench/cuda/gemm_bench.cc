@@ -3,10 +3,13 @@
 //   {"bench":"copy", ...}   device-to-device cudaMemcpy of 4 GiB: the memory ceiling
 //   {"bench":"gemm", ...}   per (shape, M): our time, GB/s, TFLOP/s and cuBLAS's, side by side
 //   {"bench":"gemm_config", ...}   with --configs: every tile configuration forced (for tuning)
-// Usage: deepinfer_bench_gemm [--quick] [--fp32] [--configs] [--ms M1,M2,...]
+// Usage: deepinfer_bench_gemm [--quick] [--fp32] [--configs] [--ms M1,M2,...] [--shapes NAME,...]
+//                             [--config-match SUBSTRING]
 //   --quick    M in {1, 64, 4096} only
 //   --fp32     fp32 output (default bf16 output)
 //   --configs  also time each tile configuration of gemm.cu on each case
+//   --shapes   only the named shapes (e.g. 4096x4096x32g,4096x8192)
+//   --config-match  with --configs, only the tiles whose name contains the string (e.g. wgmma)
 //
 // Timing: a sample is `batch` back-to-back launches between two cudaEvents (batch sized so that a
 // sample lasts >= ~200 us, which hides event resolution for 2 us decode kernels); the reported time
@@ -55,6 +58,8 @@ struct Options {
   bool fp32_out = false;
   bool configs = false;
   std::vector<int> ms;  // --ms 1,384,1536: the row counts to time (default: see main)
+  std::vector<std::string> shapes;  // --shapes a,b: only these shape names (default: all)
+  std::string config_match;         // --config-match s: with --configs, only tiles whose name contains s
 };
 
 struct Shape {
@@ -248,6 +253,9 @@ void bench_shape(const Shape& shape, const std::vector<int>& ms, const Options& 
     if (opt.configs) {
       for (int cfg = 0; cfg < dc::gemm_testing::config_count(); ++cfg) {
         if (!dc::gemm_testing::config_runs_as_is(cfg, N, K)) continue;
+        if (!opt.config_match.empty() &&
+            std::string(dc::gemm_testing::config_name(cfg)).find(opt.config_match) == std::string::npos)
+          continue;
         const Measure f = measure(time_launches(stream, ours(cfg)), weight_bytes, other_bytes, flops);
         std::printf(
             "{\"bench\":\"gemm_config\",\"shape\":\"%s\",\"M\":%d,\"config\":\"%s\",\"us\":%.2f,\"gbps\":%.1f,"
@@ -282,8 +290,20 @@ int main(int argc, char** argv) {
         while (*p && *p != ',') ++p;
         if (*p == ',') ++p;
       }
+    } else if (arg == "--shapes" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t b = 0; b <= list.size();) {
+        const size_t e = std::min(list.find(',', b), list.size());
+        if (e > b) opt.shapes.push_back(list.substr(b, e - b));
+        b = e + 1;
+      }
+    } else if (arg == "--config-match" && i + 1 < argc) {
+      opt.config_match = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--fp32] [--configs] [--ms M1,M2,...]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--fp32] [--configs] [--ms M1,M2,...] [--shapes NAME,...] "
+                   "[--config-match SUBSTRING]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -308,7 +328,10 @@ int main(int argc, char** argv) {
   const std::vector<int> ms = !opt.ms.empty() ? opt.ms
                               : opt.quick   ? std::vector<int>{1, 64, 4096}
                                             : std::vector<int>{1, 8, 64, 256, 512, 4096, 32768};
-  for (const Shape& shape : shapes) bench_shape(shape, ms, opt, cublas, stream);
+  for (const Shape& shape : shapes) {
+    if (!opt.shapes.empty() && std::find(opt.shapes.begin(), opt.shapes.end(), shape.name) == opt.shapes.end()) continue;
+    bench_shape(shape, ms, opt, cublas, stream);
+  }
 
   CUBLAS_CHECK(cublasDestroy(cublas));
   CUDA_CHECK(cudaStreamDestroy(stream));

@@ -115,13 +115,14 @@ using CfgM128N256K64 = TileConfig<128, 256, 64, 2, 4, 4, 1, SliceReduction::kNon
 enum ConfigId {
   kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kM128N256Fold, kM16N32K256, kM16N32S4, kM64N64K128,
   kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kWgmmaM64Cluster2, kWgmmaM128Cluster,
-  kWgmmaM64N256Cluster, kNumConfigs
+  kWgmmaM64N256Cluster, kWgmmaM128N256Cluster, kNumConfigs
 };
 constexpr const char* kConfigNames[] = {
     "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
     "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64",
     "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster",
-    "wgmma_tma_m64n128_cluster_2cta", "wgmma_tma_m128n128_cluster", "wgmma_tma_m64n256_cluster"};
+    "wgmma_tma_m64n128_cluster_2cta", "wgmma_tma_m128n128_cluster", "wgmma_tma_m64n256_cluster",
+    "wgmma_tma_m128n256_cluster"};
 static_assert(sizeof(kConfigNames) / sizeof(kConfigNames[0]) == kNumConfigs, "one name per tile configuration");
 
 struct GemmParams {
@@ -481,9 +482,16 @@ int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan, 
     // Short K (16 k-tiles): the big tiles' fill and drain outweigh their reuse until the 128 x 256
     // tile fills the GPU (8192x1024 at 384 rows: 64x128 two-CTA 19.9, 128x128 26.9).
     if (!grouped && k <= 1024) return kWgmmaM64Cluster2;
-    // The 128 x 128 fold from about half a wave of tiles (4096x4096 at 384 rows 38.3, 128-row
-    // cluster 46.8; N = 512, M = 4096: 39 vs 78 on the 64-row tile).
-    if (2 * tiles(128, 128) >= sms) return kWgmmaN128;
+    // From about half a wave of 128 x 128 tiles: the 128 x 128 fold (4096x4096 at 384 rows 38.3,
+    // 128-row cluster 46.8; N = 512, M = 4096: 39 vs 78 on the 64-row tile), or, with 2 slices or
+    // K >= 8192, the 128 x 256 tile over cluster slices (x read once per 256 weight rows; its 128
+    // accumulators a thread leave no room for a register fold): 4096x2048x32g at 24576 rows 820 vs
+    // 913, 4096x2048 at 4096 rows 144 vs 166, 4096x8192 at 4096 rows 481 vs 531, at 1536 196 vs
+    // 206. With 4 slices the fold stays (4096x4096x32g at 24576 rows 1667 vs 1841, 4096x4096 at
+    // 4096 rows 290 vs 302, 1024x4096x8g 79 vs 95: four CTAs of a quarter of K each), and so do
+    // experts at a few hundred rows (4096x2048x32g at 128 rows an expert: 193 vs 182).
+    const bool n256_cluster = (plan.num_slices == 2 || (plan.num_slices > 1 && k >= 8192)) && (!grouped || rows >= 512);
+    if (2 * tiles(128, 128) >= sms) return n256_cluster ? kWgmmaM128N256Cluster : kWgmmaN128;
     // Fewer rows: 128-row tiles over the cluster slices read each weight tile once per 128 rows (the
     // 64-row tiles twice) when they make at least 64 CTAs (256 rows: 4096x8192 52.8 vs 59.7 two-CTA
     // 64-row, 4096x2048 13.4 vs 16.4, 1024x4096 12.6 vs 13.4).
@@ -507,6 +515,7 @@ int legal_config(int config, const SlicePlan& plan, bool tma) {
        config == kWgmmaM64N256Cluster) &&
       !tma)
     return kM64N64;
+  if (config == kWgmmaM128N256Cluster && !tma) return plan.num_slices > 1 ? kM128N256Fold : kM128N256;
   if (plan.num_slices > 1 && config == kM128N128) return kM128N128Fold;
   if (plan.num_slices > 1 && (config == kM128N256 || config == kM128N256K64)) return kM128N256Fold;
   return config;
@@ -532,6 +541,7 @@ void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_row
                   : config == kWgmmaM64Cluster2 ? wgmma_path::Tile::kM64N128ClusterTwoPerSm
                   : config == kWgmmaM128Cluster ? wgmma_path::Tile::kM128N128Cluster
                   : config == kWgmmaM64N256Cluster ? wgmma_path::Tile::kM64N256Cluster
+                  : config == kWgmmaM128N256Cluster ? wgmma_path::Tile::kM128N256Cluster
                                                 : wgmma_path::Tile::kM64N128Cluster,
                   stream);
 }

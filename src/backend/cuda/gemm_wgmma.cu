@@ -77,6 +77,9 @@ using CfgM64N128ClusterTwoPerSm = Config<1, 128, Mode::kCluster, 100>;
 using CfgM128N128Cluster = Config<2, 128, Mode::kCluster>;
 // Grouped experts at a few dozen rows each: x is re-read once per 256 weight rows instead of 128.
 using CfgM64N256Cluster = Config<1, 256, Mode::kCluster>;
+// Large M where the 128 x 256 tile cannot fold its slices in registers (128 accumulators a thread
+// leave no room for 128 totals): the S CTAs of a cluster take one slice each of a 128 x 256 tile.
+using CfgM128N256Cluster = Config<2, 256, Mode::kCluster>;
 
 struct Params {
   const int* row_offsets;  // grouped: [G + 1]
@@ -456,6 +459,7 @@ void run(const Problem& pr, Tile tile, cudaStream_t stream) {
     case Tile::kM64N128ClusterTwoPerSm: run_config<CfgM64N128ClusterTwoPerSm>(pr, stream); break;
     case Tile::kM128N128Cluster: run_config<CfgM128N128Cluster>(pr, stream); break;
     case Tile::kM64N256Cluster: run_config<CfgM64N256Cluster>(pr, stream); break;
+    case Tile::kM128N256Cluster: run_config<CfgM128N256Cluster>(pr, stream); break;
   }
 }
 
