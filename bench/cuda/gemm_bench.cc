@@ -272,6 +272,17 @@ void bench_shape(const Shape& shape, const std::vector<int>& ms, const Options& 
   for (void* w : weights) CUDA_CHECK(cudaFree(w));
 }
 
+// "a,b,,c" -> {"a", "b", "c"} (the list arguments).
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t b = 0; b <= list.size();) {
+    const size_t e = std::min(list.find(',', b), list.size());
+    if (e > b) items.push_back(list.substr(b, e - b));
+    b = e + 1;
+  }
+  return items;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -285,18 +296,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--configs") {
       opt.configs = true;
     } else if (arg == "--ms" && i + 1 < argc) {
-      for (const char* p = argv[++i]; *p;) {
-        opt.ms.push_back(std::atoi(p));
-        while (*p && *p != ',') ++p;
-        if (*p == ',') ++p;
-      }
+      for (const std::string& m : split_commas(argv[++i])) opt.ms.push_back(std::atoi(m.c_str()));
     } else if (arg == "--shapes" && i + 1 < argc) {
-      std::string list = argv[++i];
-      for (size_t b = 0; b <= list.size();) {
-        const size_t e = std::min(list.find(',', b), list.size());
-        if (e > b) opt.shapes.push_back(list.substr(b, e - b));
-        b = e + 1;
-      }
+      opt.shapes = split_commas(argv[++i]);
     } else if (arg == "--config-match" && i + 1 < argc) {
       opt.config_match = argv[++i];
     } else {
@@ -329,8 +331,8 @@ int main(int argc, char** argv) {
                               : opt.quick   ? std::vector<int>{1, 64, 4096}
                                             : std::vector<int>{1, 8, 64, 256, 512, 4096, 32768};
   for (const Shape& shape : shapes) {
-    if (!opt.shapes.empty() && std::find(opt.shapes.begin(), opt.shapes.end(), shape.name) == opt.shapes.end()) continue;
-    bench_shape(shape, ms, opt, cublas, stream);
+    const bool wanted = opt.shapes.empty() || std::count(opt.shapes.begin(), opt.shapes.end(), shape.name) > 0;
+    if (wanted) bench_shape(shape, ms, opt, cublas, stream);
   }
 
   CUBLAS_CHECK(cublasDestroy(cublas));

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
@@ -44,10 +45,13 @@ EngineOptions tiny_options() {
   return o;
 }
 
+// Every caller goes on to use the engine, so a failed creation ends the test here (gtest reports
+// the exception as a failure of the test) instead of each caller checking for null.
 std::unique_ptr<LLM> make(const EngineOptions& o) {
   auto r = LLM::create(o);
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return r.is_ok() ? std::move(r).value() : nullptr;
+  if (!r.is_ok()) throw std::runtime_error("LLM::create failed: " + r.status().to_string());
+  return std::move(r).value();
 }
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len, int vocab) {
@@ -171,14 +175,12 @@ TEST(Engine, KvCacheDtypeIsChosenReportedAndChecked) {
   std::mt19937 rng(21);
   const Prompt p = Prompt::from_token_ids(random_prompt(rng, 40, 512));
   auto dflt = make(o);
-  ASSERT_TRUE(dflt);
   EXPECT_EQ(dflt->stats().kv_cache_dtype, "float32");  // exact numerics (a bf16 checkpoint): lossless fp32
   const RequestOutput a = dflt->generate({p}, greedy(16))[0];
   EXPECT_EQ(a.kv_cache_dtype, "float32");
   EXPECT_EQ(a.numerics, "exact");
   o.kv_cache_dtype = "fp8";
   auto f8 = make(o);
-  ASSERT_TRUE(f8);
   EXPECT_EQ(f8->stats().kv_cache_dtype, "fp8");
   EXPECT_LT(f8->stats().page_bytes * 3, dflt->stats().page_bytes);  // FP8/FP4 rows vs fp32 rows
   const RequestOutput b = f8->generate({p}, greedy(16))[0];
@@ -218,7 +220,6 @@ TEST(Engine, DeviceIsCheckedAndCudaRunsWhereAvailable) {
   EXPECT_GT((*gpu)->stats().cuda_graph_replays, 0u);
   o.device = "cpu";
   auto cpu = make(o);
-  ASSERT_TRUE(cpu);
   const RequestOutput c = cpu->generate({p}, greedy(16))[0];
   ASSERT_EQ(g.token_ids.size(), c.token_ids.size());
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(g.token_ids[i], c.token_ids[i]) << "token " << i;
@@ -302,14 +303,12 @@ TEST(Engine, GreedyMatchesModelForward) {
   auto want = (*model)->generate_greedy(prompt, 20, 0, false);
   ASSERT_TRUE(want.is_ok());
   auto llm = make(tiny_options());
-  ASSERT_TRUE(llm);
   const RequestOutput got = llm->generate({Prompt::from_token_ids(prompt)}, greedy(20))[0];
   EXPECT_EQ(got.token_ids, *want);
 }
 
 TEST(Engine, SameSeedSameOutputDifferentSeedDifferentOutput) {
   auto llm = make(tiny_options());
-  ASSERT_TRUE(llm);
   std::mt19937 rng(9);
   const Prompt p = Prompt::from_token_ids(random_prompt(rng, 12, 512));
   const auto a = llm->generate({p}, seeded(32, 77))[0];
@@ -336,21 +335,18 @@ TEST(Engine, PreemptionUnderATightCacheGivesIdenticalOutputs) {
     params.push_back(i % 2 ? greedy(40) : seeded(40, 100 + i));
   }
   auto roomy = make(tiny_options());
-  ASSERT_TRUE(roomy);
   const auto want = roomy->generate(prompts, params);
   EXPECT_EQ(roomy->stats().preemptions, 0u);
 
   EngineOptions tight = tiny_options();
   tight.max_num_seqs = 8;
   auto probe = make(tight);
-  ASSERT_TRUE(probe);
   const EngineStats s = probe->stats();
   // 8 slots plus 14 pages: a request needs up to 7 pages (100 positions / 16), so 8 at once cannot fit.
   tight.cache_bytes = s.slot_bytes * 8 + s.page_bytes * 14;
   for (bool async : {false, true}) {
     tight.async_scheduling = async;
     auto llm = make(tight);
-    ASSERT_TRUE(llm);
     ASSERT_EQ(llm->stats().num_blocks, 14);
     const auto got = llm->generate(prompts, params);
     EXPECT_GT(llm->stats().preemptions, 0u) << "the cache was meant to force preemption";
@@ -360,7 +356,6 @@ TEST(Engine, PreemptionUnderATightCacheGivesIdenticalOutputs) {
 
 TEST(Engine, MaxTokensAndStopTokenIds) {
   auto llm = make(tiny_options());
-  ASSERT_TRUE(llm);
   std::mt19937 rng(3);
   const Prompt p = Prompt::from_token_ids(random_prompt(rng, 20, 512));
   const auto full = llm->generate({p}, greedy(20))[0];
@@ -385,7 +380,6 @@ TEST(Engine, MaxTokensAndStopTokenIds) {
 TEST(Engine, StopsAtEosUnlessIgnored) {
   // Find (deterministically) a seed whose hot sampling emits EOS (id 1) within 300 tokens.
   auto llm = make(tiny_options());
-  ASSERT_TRUE(llm);
   const Prompt p = Prompt::from_token_ids({5, 17, 42});
   SamplingParams sp;
   sp.temperature = 3.0f;
@@ -417,7 +411,6 @@ TEST(Engine, StopStringsWithATokenizer) {
   EngineOptions o = tiny_options();
   o.model = dir.path().string();
   auto llm = make(o);
-  ASSERT_TRUE(llm);
   ASSERT_NE(llm->tokenizer(), nullptr);
   SamplingParams sp = greedy(24);
   const Prompt prompt = Prompt::from_token_ids({100, 200, 300, 400});
@@ -448,13 +441,11 @@ TEST(Engine, AbortEndsOneRequestOthersUnaffected) {
   std::vector<Prompt> prompts;
   for (int i = 0; i < 3; ++i) prompts.push_back(Prompt::from_token_ids(random_prompt(rng, 30, 512)));
   auto ref_llm = make(tiny_options());
-  ASSERT_TRUE(ref_llm);
   const auto want = ref_llm->generate(prompts, greedy(30));
   for (bool async : {false, true}) {
     EngineOptions o = tiny_options();
     o.async_scheduling = async;
     auto llm = make(o);
-    ASSERT_TRUE(llm);
     std::vector<std::string> ids;
     for (const auto& p : prompts) ids.push_back(*llm->add_request(p, greedy(30)));
     std::map<std::string, RequestOutput> done;
@@ -481,7 +472,6 @@ TEST(Engine, BadRequestsFailAloneWithClearErrors) {
   EngineOptions o = tiny_options();
   o.max_model_len = 100;
   auto llm = make(o);
-  ASSERT_TRUE(llm);
   const Prompt good = Prompt::from_token_ids({5, 6, 7, 8});
   struct Bad {
     Prompt prompt;
@@ -528,7 +518,6 @@ TEST(Engine, GenerationStopsAtTheContextLength) {
   EngineOptions o = tiny_options();
   o.max_model_len = 40;
   auto llm = make(o);
-  ASSERT_TRUE(llm);
   const auto out = llm->generate({Prompt::from_token_ids(std::vector<int32_t>(30, 9))}, greedy(50))[0];
   EXPECT_EQ(out.finish_reason, FinishReason::kLength);
   EXPECT_EQ(out.token_ids.size(), 10u);
@@ -545,10 +534,8 @@ TEST(Engine, CacheBudgetTooSmallIsAnError) {
 TEST(Engine, RequestLongerThanTheWholeCacheIsRejected) {
   EngineOptions o = tiny_options();
   auto probe = make(o);
-  ASSERT_TRUE(probe);
   o.cache_bytes = probe->stats().slot_bytes * o.max_num_seqs + probe->stats().page_bytes * 3;  // 48 positions
   auto llm = make(o);
-  ASSERT_TRUE(llm);
   const auto outs = llm->generate({Prompt::from_token_ids(std::vector<int32_t>(40, 3)), Prompt::from_token_ids({3, 4})},
                                   greedy(20));
   EXPECT_EQ(outs[0].finish_reason, FinishReason::kError);
@@ -557,7 +544,6 @@ TEST(Engine, RequestLongerThanTheWholeCacheIsRejected) {
 
 TEST(Engine, StreamingStepReportsProgress) {
   auto llm = make(tiny_options());
-  ASSERT_TRUE(llm);
   auto id = llm->add_request(Prompt::from_token_ids({5, 6, 7}), greedy(6));
   ASSERT_TRUE(id.is_ok());
   size_t last = 0;

@@ -515,7 +515,7 @@ int legal_config(int config, const SlicePlan& plan, bool tma) {
        config == kWgmmaM64N256Cluster) &&
       !tma)
     return kM64N64;
-  if (config == kWgmmaM128N256Cluster && !tma) return plan.num_slices > 1 ? kM128N256Fold : kM128N256;
+  if (config == kWgmmaM128N256Cluster && !tma) config = kM128N256;  // folded below when S > 1
   if (plan.num_slices > 1 && config == kM128N128) return kM128N128Fold;
   if (plan.num_slices > 1 && (config == kM128N256 || config == kM128N256K64)) return kM128N256Fold;
   return config;
