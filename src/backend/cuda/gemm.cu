@@ -115,14 +115,14 @@ using CfgM128N256K64 = TileConfig<128, 256, 64, 2, 4, 4, 1, SliceReduction::kNon
 enum ConfigId {
   kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kM128N256Fold, kM16N32K256, kM16N32S4, kM64N64K128,
   kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kWgmmaM64Cluster2, kWgmmaM128Cluster,
-  kWgmmaM64N256Cluster, kWgmmaM128N256Cluster, kNumConfigs
+  kWgmmaM64N256Cluster, kWgmmaM128N256Cluster, kWgmmaM64Fold2, kNumConfigs
 };
 constexpr const char* kConfigNames[] = {
     "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
     "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64",
     "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster",
     "wgmma_tma_m64n128_cluster_2cta", "wgmma_tma_m128n128_cluster", "wgmma_tma_m64n256_cluster",
-    "wgmma_tma_m128n256_cluster"};
+    "wgmma_tma_m128n256_cluster", "wgmma_tma_m64n128_fold_2cta"};
 static_assert(sizeof(kConfigNames) / sizeof(kConfigNames[0]) == kNumConfigs, "one name per tile configuration");
 
 struct GemmParams {
@@ -458,7 +458,13 @@ int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan, 
     // tile 65.9), at 64 rows 281.9 (293.0); 1024x4096x8g at 6 rows 19.7 (the 16-row tile 34.2).
     // More rows: the 64 x 128 tile at two CTAs per SM (4096x2048x32g at 384 rows 147.3, the 16-row
     // tile 253.4; 1024x4096x8g at 64 rows 28.4, 64x256 29.4).
-    return rows <= 2 ? kWgmmaM64N256Cluster : kWgmmaM64Cluster2;
+    // When the groups fill four waves of 64 x 128 tiles, the two-CTA/SM fold tile: one CTA streams
+    // its 128 weight rows through every slice (launch, pipeline fill and epilogue paid once per tile,
+    // not once per slice): 4096x4096x32g at 1536 rows 280.8 vs 291.0, at 384 272.8 vs 280.0;
+    // 4096x2048x32g at 1536 148.4 vs 152.9; decode batch 64 3.08 -> 3.02 ms, batch 256 4.39 -> 4.31.
+    if (rows <= 2) return kWgmmaM64N256Cluster;
+    const long long groups = total_rows / rows, sms = sm_count();
+    return groups * ((N + 127) / 128) >= 4 * sms ? kWgmmaM64Fold2 : kWgmmaM64Cluster2;
   }
   if (rows <= 16) {
     if (grouped) return kM16N32S4;  // no TMA: 4096x2048x32g at 6 rows 33.6 (the 8-stage tile 53.8)
@@ -512,7 +518,7 @@ int legal_config(int config, const SlicePlan& plan, bool tma) {
   if (config == kWgmmaN128 && !tma) return plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   if (config == kWgmmaN256 && !tma) return kM128N256;
   if ((config == kWgmmaM64Cluster || config == kWgmmaM64Cluster2 || config == kWgmmaM128Cluster ||
-       config == kWgmmaM64N256Cluster) &&
+       config == kWgmmaM64N256Cluster || config == kWgmmaM64Fold2) &&
       !tma)
     return kM64N64;
   if (config == kWgmmaM128N256Cluster && !tma) config = kM128N256;  // folded below when S > 1
@@ -542,6 +548,7 @@ void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_row
                   : config == kWgmmaM128Cluster ? wgmma_path::Tile::kM128N128Cluster
                   : config == kWgmmaM64N256Cluster ? wgmma_path::Tile::kM64N256Cluster
                   : config == kWgmmaM128N256Cluster ? wgmma_path::Tile::kM128N256Cluster
+                  : config == kWgmmaM64Fold2    ? wgmma_path::Tile::kM64N128FoldTwoPerSm
                                                 : wgmma_path::Tile::kM64N128Cluster,
                   stream);
 }
@@ -590,7 +597,7 @@ void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, Ou
 int config_rows(int config) {
   return config == kM16N32 || config == kM16N32K256 || config == kM16N32S4       ? 16
          : config == kM64N64 || config == kM64N64K128 || config == kWgmmaM64Cluster ||
-                   config == kWgmmaM64Cluster2 || config == kWgmmaM64N256Cluster
+                   config == kWgmmaM64Cluster2 || config == kWgmmaM64N256Cluster || config == kWgmmaM64Fold2
                ? 64
                                                                                    : 128;
 }

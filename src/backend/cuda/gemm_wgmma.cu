@@ -60,6 +60,7 @@ struct Config {
   static constexpr int kStages = (kSmemBudgetKB * 1024) / kStageBytes;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kPartialStride = BN + 8;  // floats; +8 keeps the float2 stores conflict-free
+  static constexpr int kMinBlocks = kSmemBudgetKB <= 113 ? 2 : 1;  // CTAs an SM must hold (registers)
   static constexpr int kPartialBytes = kMode == Mode::kCluster ? BM * kPartialStride * 4 : 0;
   static constexpr int kBarrierOffset = kPipelineBytes > kPartialBytes ? kPipelineBytes : kPartialBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 16 * kStages + 1024;  // + slack for 1024 alignment
@@ -80,6 +81,11 @@ using CfgM64N256Cluster = Config<1, 256, Mode::kCluster>;
 // Large M where the 128 x 256 tile cannot fold its slices in registers (128 accumulators a thread
 // leave no room for 128 totals): the S CTAs of a cluster take one slice each of a 128 x 256 tile.
 using CfgM128N256Cluster = Config<2, 256, Mode::kCluster>;
+// Grouped experts at a few dozen rows each, memory-bound: one CTA streams a 128-row weight tile
+// through every slice (4x the bytes a CTA of the cluster tile streams for K = 4096), so its launch,
+// pipeline fill and epilogue are paid once per tile instead of once per slice; two CTAs per SM
+// overlap one's fill with the other's stream.
+using CfgM64N128FoldTwoPerSm = Config<1, 128, Mode::kFold, 100>;
 
 struct Params {
   const int* row_offsets;  // grouped: [G + 1]
@@ -184,10 +190,16 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[2][64], uint64_t des
 }
 
 template <class Cfg, class OutT, bool kGrouped>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                       const Params p) {
-  pdl_prologue();
+  // Programmatic dependent launch: grouped calls wait for their predecessors at once (the row
+  // offsets come from earlier kernels); dense calls first start streaming their weights (which no
+  // kernel writes) and wait only before the first x load and before storing y.
+  if constexpr (kGrouped)
+    pdl_prologue();
+  else
+    allow_dependent_launch();
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)p;
   __trap();  // built for a device without wgmma: usable() never selects this path there
@@ -256,7 +268,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (warpgroup == kConsumers) {
     // ===================== Producer: one thread issues both TMA loads of every k-tile.
     if (tid == kConsumers * kWarpgroup) {
-      for (int t = 0; t < num_tiles; ++t) {
+      // Dense: the first stages' weight tiles before griddepcontrol.wait (each stage's barrier
+      // expects both tiles' bytes, so it completes only once its x tile lands too).
+      const int preloaded = kGrouped ? 0 : min(kStages, num_tiles);
+      for (int t = 0; t < preloaded; ++t) {
+        const uint32_t a_tile = smem_base + static_cast<uint32_t>(t * Cfg::kStageBytes);
+        mbar_arrive_expect_tx(full_bar + 8 * t, Cfg::kStageBytes);
+        tma_load_2d(a_tile + Cfg::kATileBytes, &map_w, (kt_begin + t) * kTileK, w_row_begin, full_bar + 8 * t);
+      }
+      if constexpr (!kGrouped) grid_dependency_wait();
+      for (int t = 0; t < preloaded; ++t)
+        tma_load_2d(smem_base + static_cast<uint32_t>(t * Cfg::kStageBytes), &map_x, (kt_begin + t) * kTileK,
+                    row_begin, full_bar + 8 * t);
+      for (int t = preloaded; t < num_tiles; ++t) {
         const int stage = t % kStages;
         if (t >= kStages) mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((t / kStages - 1) & 1));
         const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes);
@@ -329,6 +353,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   }
 
+  // Dense: y may still be read by a predecessor until it completes (a no-op once the producer's
+  // wait returned, which every consumer's first full barrier already implies; cheap insurance).
+  if constexpr (!kGrouped) grid_dependency_wait();
   OutT* const y = static_cast<OutT*>(p.y);
   const int lane = tid & 31, warp_in_group = (tid >> 5) & 3;
   const int frag_row = warpgroup * 64 + warp_in_group * 16 + (lane >> 2);  // + 8 h
@@ -460,6 +487,7 @@ void run(const Problem& pr, Tile tile, cudaStream_t stream) {
     case Tile::kM128N128Cluster: run_config<CfgM128N128Cluster>(pr, stream); break;
     case Tile::kM64N256Cluster: run_config<CfgM64N256Cluster>(pr, stream); break;
     case Tile::kM128N256Cluster: run_config<CfgM128N256Cluster>(pr, stream); break;
+    case Tile::kM64N128FoldTwoPerSm: run_config<CfgM64N128FoldTwoPerSm>(pr, stream); break;
   }
 }
 
