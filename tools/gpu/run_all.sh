@@ -6,6 +6,7 @@
 #
 #   tools/gpu/run_all.sh [all|build|oracle|test|bench] [OUT_DIR]      (default: all, out/gpu)
 #   RUN_ALL_PACK=1 packs the logs and raw JSON of OUT_DIR into OUT_DIR/logs.tgz at the end.
+#   RUN_ALL_TARGETS="T1 T2": the build stage builds only these targets.
 #
 # Needs: nvcc (sm_90), cmake, ninja, g++, python3 with torch + transformers (oracle and peer), and
 # nlohmann-json + GoogleTest (+ PCRE2, utf8proc, pkgconf for the engine) — system-wide, or as .deb
@@ -56,7 +57,10 @@ if has build; then
   stamp "build ($([[ $engine == ON ]] && echo 'engine + CUDA backend' || echo 'GPU-only tree'), sm_90)"
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_TESTS=ON "${cmake_args[@]}" >"$out/build.log" 2>&1 ||
     { tail -30 "$out/build.log"; exit 1; }
-  cmake --build $build -j"$(nproc)" >>"$out/build.log" 2>&1 || { grep -B2 -A12 -m5 'error' "$out/build.log"; exit 1; }
+  # RUN_ALL_TARGETS="deepinfer_cuda_gemm_tests deepinfer_bench_gemm": only these (a quick kernel check).
+  # shellcheck disable=SC2086  # the target list is meant to split
+  cmake --build $build -j"$(nproc)" ${RUN_ALL_TARGETS:+--target $RUN_ALL_TARGETS} >>"$out/build.log" 2>&1 ||
+    { grep -B2 -A12 -m5 'error' "$out/build.log"; exit 1; }
 fi
 
 if has oracle && [ ! -f "$oracle_dir/reference.safetensors" ]; then

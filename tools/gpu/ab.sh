@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A/B of source variants in one device call: the working tree ("base") and one copy per variant
+# with patches applied, all built at once, then the model benchmark run on every tree in turn,
+# AB_ROUNDS times, so clock and thermal drift spread evenly over the variants (decode moves by
+# 1-2% between calls, more than most single changes gain). Writes OUT_DIR/ab.md (the median of
+# each case per variant and its change against base) and OUT_DIR/ab.tgz (raw JSON and logs; the
+# device tool returns at most 8 files).
+#
+#   tools/gpu/ab.sh OUT_DIR "MODEL_BENCH_ARGS" NAME=PATCH[+PATCH...] [NAME=...]
+#
+# PATCH: a file applied with `patch -p1` in the variant's copy; "-FILE" applies it in reverse (the
+# variant without a change the working tree already has). AB_ROUNDS (default 2). AB_GEMM_ARGS:
+# also run `deepinfer_bench_gemm $AB_GEMM_ARGS` once in every tree (e.g. "--configs --ms 256").
+# Example (the working tree has a change, the variant leaves it out):
+#   git diff > .gpuxab/change.patch
+#   tools/gpu/ab.sh out/ab "--batches 1,256 --contexts 1024 --prefill 4096" without=-.gpuxab/change.patch
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+[ $# -ge 3 ] || { sed -n '2,16p' "$0"; exit 2; }
+out=$1; bench_args=$2; shift 2
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+root=$PWD; rounds=${AB_ROUNDS:-2}
+raw=$(mktemp -d); names=(base); dirs=("$root")
+
+for spec in "$@"; do
+  name=${spec%%=*}; patches=${spec#*=}
+  [[ $name =~ ^[A-Za-z0-9_-]+$ && $spec == *=* ]] || { echo "bad variant '$spec' (NAME=PATCH[+PATCH...])"; exit 2; }
+  dir=/tmp/ab-$name
+  rm -rf "$dir" && mkdir -p "$dir"
+  tar c --exclude=./build-gpu --exclude=./.gpux . | tar x -C "$dir"
+  IFS=+ read -ra list <<<"$patches"
+  for p in "${list[@]}"; do
+    flag=; [[ $p == -* ]] && flag=-R && p=${p#-}
+    (cd "$dir" && patch -p1 -s $flag <"$root/$p") >"$raw/${name}_patch.log" 2>&1 ||
+      { echo "variant $name: patch $flag $p does not apply"; cat "$raw/${name}_patch.log"; exit 1; }
+  done
+  names+=("$name"); dirs+=("$dir")
+done
+
+echo "== $(date +%H:%M:%S) build ${names[*]}"
+pids=()
+for i in "${!names[@]}"; do
+  (cd "${dirs[$i]}" && bash tools/gpu/run_all.sh build "$raw/build_${names[$i]}" >"$raw/build_${names[$i]}.txt" 2>&1) &
+  pids+=($!)
+done
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || { echo "build of ${names[$i]} FAILED"; tail -20 "$raw/build_${names[$i]}.txt"; exit 1; }
+done
+
+if [ -n "${AB_GEMM_ARGS:-}" ]; then
+  for i in "${!names[@]}"; do
+    echo "== $(date +%H:%M:%S) gemm bench ${names[$i]}"
+    # shellcheck disable=SC2086  # the arguments are meant to split
+    (cd "${dirs[$i]}" && timeout 300 build-gpu/deepinfer_bench_gemm $AB_GEMM_ARGS) >"$raw/gemm_${names[$i]}.jsonl" 2>&1
+  done
+fi
+for r in $(seq "$rounds"); do
+  for i in "${!names[@]}"; do
+    echo "== $(date +%H:%M:%S) model bench ${names[$i]}, round $r"
+    # shellcheck disable=SC2086
+    (cd "${dirs[$i]}" && timeout 300 build-gpu/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json \
+      $bench_args) >"$raw/model_${names[$i]}_$r.jsonl" 2>"$raw/model_${names[$i]}_$r.err" ||
+      echo "model bench ${names[$i]} round $r failed: $(tail -1 "$raw/model_${names[$i]}_$r.err")"
+  done
+done
+python3 tools/gpu/ab_table.py "$raw" "${names[@]}" >"$out/ab.md"
+cat "$out/ab.md"
+tar czf "$out/ab.tgz" -C "$raw" . && rm -rf "$raw"
