@@ -444,9 +444,9 @@ void launch(GemmParams p, int grouped_max_rows, cudaStream_t stream) {
 }
 
 // Largest tiles that still give at least one full wave; `rows` is M (dense) or the mean rows per
-// group (grouped), `total_rows` the rows of the whole call. `tma`: the TMA + wgmma tiles can run
+// group (grouped), `total_rows` the rows of the whole call, `groups` the groups (0: dense). `tma`: the TMA + wgmma tiles can run
 // this call (K % 64 == 0, aligned operands, dense or stacked weights, an sm_90 device).
-int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan, bool tma) {
+int choose_config(int rows, long long total_rows, int groups, int N, const SlicePlan& plan, bool tma) {
   // Every rule below is a timing choice only (any configuration gives the same bits). Numbers: H200,
   // `deepinfer_bench_gemm --configs --ms 1,6,64,256,384,1536`, us per call; "Ng" = N groups (experts).
   const long long k = static_cast<long long>(plan.num_chunks) * 16, weight_elems = static_cast<long long>(N) * k;
@@ -463,8 +463,8 @@ int choose_config(int rows, long long total_rows, int N, const SlicePlan& plan, 
     // not once per slice): 4096x4096x32g at 1536 rows 280.8 vs 291.0, at 384 272.8 vs 280.0;
     // 4096x2048x32g at 1536 148.4 vs 152.9; decode batch 64 3.08 -> 3.02 ms, batch 256 4.39 -> 4.31.
     if (rows <= 2) return kWgmmaM64N256Cluster;
-    const long long groups = total_rows / rows, sms = sm_count();
-    return groups * ((N + 127) / 128) >= 4 * sms ? kWgmmaM64Fold2 : kWgmmaM64Cluster2;
+    return static_cast<long long>(groups) * ((N + 127) / 128) >= 4LL * sm_count() ? kWgmmaM64Fold2
+                                                                                  : kWgmmaM64Cluster2;
   }
   if (rows <= 16) {
     if (grouped) return kM16N32S4;  // no TMA: 4096x2048x32g at 6 rows 33.6 (the 8-stage tile 53.8)
@@ -592,7 +592,7 @@ void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, Ou
   if (M <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
   const bool tma = wgmma_path::usable(x, W, K);
-  if (config < 0) config = choose_config(M, M, N, plan, tma);
+  if (config < 0) config = choose_config(M, M, 0, N, plan, tma);
   GemmParams p = make_params(x, K, N, y, plan);
   p.M = M;
   p.w = W;
@@ -614,7 +614,7 @@ void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G,
   if (G <= 0 || max_rows <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
   const bool tma = stacked != nullptr && wgmma_path::usable(x, stacked, K);
-  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, N, plan, tma);
+  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, G, N, plan, tma);
   config = legal_config(config, plan, tma);
   // grid.y holds the row-tile slots: fall back to 128-row tiles if the small ones would overflow it.
   const int bm = config_rows(config);
@@ -674,7 +674,7 @@ bool config_runs_as_is(int config, int N, int K) {
 int auto_config(int M, int N, int K) {
   const SlicePlan plan = plan_slices(N, K);
   const bool tma = tma_device(K);
-  return legal_config(choose_config(M, M, N, plan, tma), plan, tma);
+  return legal_config(choose_config(M, M, 0, N, plan, tma), plan, tma);
 }
 void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream) {
   gemm_impl(config, x, M, K, W, N, y, stream);

@@ -268,26 +268,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (warpgroup == kConsumers) {
     // ===================== Producer: one thread issues both TMA loads of every k-tile.
     if (tid == kConsumers * kWarpgroup) {
-      // Dense: the first stages' weight tiles before griddepcontrol.wait (each stage's barrier
-      // expects both tiles' bytes, so it completes only once its x tile lands too).
+      // k-tile t into its stage: the stage's barrier expects both tiles' bytes (x and weights).
+      const auto stage_tile = [&](int t) { return smem_base + static_cast<uint32_t>(t % kStages * Cfg::kStageBytes); };
+      const auto full = [&](int t) { return full_bar + 8 * (t % kStages); };
+      const auto load_x = [&](int t) { tma_load_2d(stage_tile(t), &map_x, (kt_begin + t) * kTileK, row_begin, full(t)); };
+      const auto load_w = [&](int t) {
+        tma_load_2d(stage_tile(t) + Cfg::kATileBytes, &map_w, (kt_begin + t) * kTileK, w_row_begin, full(t));
+      };
+      // Dense: the first stages' weight tiles before griddepcontrol.wait (a stage completes only
+      // once its x tile, loaded after the wait, lands too).
       const int preloaded = kGrouped ? 0 : min(kStages, num_tiles);
       for (int t = 0; t < preloaded; ++t) {
-        const uint32_t a_tile = smem_base + static_cast<uint32_t>(t * Cfg::kStageBytes);
-        mbar_arrive_expect_tx(full_bar + 8 * t, Cfg::kStageBytes);
-        tma_load_2d(a_tile + Cfg::kATileBytes, &map_w, (kt_begin + t) * kTileK, w_row_begin, full_bar + 8 * t);
+        mbar_arrive_expect_tx(full(t), Cfg::kStageBytes);
+        load_w(t);
       }
       if constexpr (!kGrouped) grid_dependency_wait();
-      for (int t = 0; t < preloaded; ++t)
-        tma_load_2d(smem_base + static_cast<uint32_t>(t * Cfg::kStageBytes), &map_x, (kt_begin + t) * kTileK,
-                    row_begin, full_bar + 8 * t);
+      for (int t = 0; t < preloaded; ++t) load_x(t);
       for (int t = preloaded; t < num_tiles; ++t) {
-        const int stage = t % kStages;
-        if (t >= kStages) mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((t / kStages - 1) & 1));
-        const uint32_t a_tile = smem_base + static_cast<uint32_t>(stage * Cfg::kStageBytes);
-        const int k0 = (kt_begin + t) * kTileK;
-        mbar_arrive_expect_tx(full_bar + 8 * stage, Cfg::kStageBytes);
-        tma_load_2d(a_tile, &map_x, k0, row_begin, full_bar + 8 * stage);
-        tma_load_2d(a_tile + Cfg::kATileBytes, &map_w, k0, w_row_begin, full_bar + 8 * stage);
+        if (t >= kStages) mbar_wait(empty_bar + 8 * (t % kStages), static_cast<uint32_t>((t / kStages - 1) & 1));
+        mbar_arrive_expect_tx(full(t), Cfg::kStageBytes);
+        load_x(t);
+        load_w(t);
       }
     }
   } else {
