@@ -625,6 +625,69 @@ TEST(CudaOps, HcHeadMatchesCpuBackend) {
   }
 }
 
+// The norm after the collapse (HcNorm), fused into hc_pre / hc_head at D > 2048 and as separate
+// passes below: the same bits as the collapse, (release) round_bf16 and rms_norm run in turn, for
+// the collapsed rows and the normed bf16 rows, alone or in a batch, on aligned and unaligned buffers.
+TEST(CudaOps, HcNormIsTheCollapseThenRoundThenRmsNorm) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int M, hc, D;
+    bool head, round;
+    size_t offset;
+  };
+  for (const Case& c : {Case{257, 4, 4096, false, false, 0}, Case{257, 4, 4096, false, true, 0},
+                        Case{3, 4, 4096, false, true, 1}, Case{37, 4, 7168, false, true, 0},
+                        Case{5, 4, 512, false, true, 0}, Case{9, 4, 4096, true, true, 0},
+                        Case{4, 4, 4096, true, false, 1}, Case{6, 3, 100, true, true, 0}}) {
+    const std::string what = std::string(c.head ? "hc_head" : "hc_pre") + " M " + std::to_string(c.M) + " D " +
+                             std::to_string(c.D) + (c.round ? " round" : "") + (c.offset ? " unaligned" : "");
+    const int nmix = c.head ? c.hc : (2 + c.hc) * c.hc;
+    const HcData d = make_hc_data(c.M, c.hc, c.D, nmix, 7 * c.M + c.D);
+    const std::vector<float> weight = random_floats(static_cast<size_t>(c.D), 0.5f, 1.5f, 3 + c.D);
+    std::vector<int> rows(static_cast<size_t>(c.M));
+    for (int r = 0; r < c.M; ++r) rows[static_cast<size_t>(r)] = (c.M - 1 - r + 2) % c.M;  // a permutation
+    // Runs the collapse for tokens [first, first + M) with the norm fused (norm) or as the passes.
+    auto run = [&](int first, int M, bool fused) {
+      const size_t W = static_cast<size_t>(c.hc) * c.D;
+      std::vector<float> X(d.X.begin() + static_cast<long>(first * W), d.X.begin() + static_cast<long>((first + M) * W));
+      std::vector<int> r(rows.begin() + first, rows.begin() + first + M);
+      if (c.head)
+        for (int& v : r) v = v % M;
+      DeviceBuffer<float> d_X(X, c.offset), d_fn(d.w.fn.data, c.offset), d_base(d.w.base), d_scale(d.w.scale);
+      DeviceBuffer<float> d_w(weight, c.offset), d_col(static_cast<size_t>(M) * c.D, c.offset);
+      DeviceBuffer<float> d_post(static_cast<size_t>(M) * c.hc), d_comb(static_cast<size_t>(M) * c.hc * c.hc);
+      DeviceBuffer<uint16_t> d_normed(static_cast<size_t>(M) * c.D, c.offset);
+      DeviceBuffer<int> d_rows(r);
+      DeviceBuffer<float> d_ws(hc_workspace_bytes(M, c.hc, c.D, c.head) / sizeof(float));
+      const HcNorm norm{d_w.get(), 1e-6f, c.round, as_bf16(d_normed)};
+      const HcNorm* arg = fused ? &norm : nullptr;
+      if (c.head)
+        hc_head(d_X.get(), d_rows.get(), M, c.hc, c.D, d_fn.get(), d_base.get(), d_scale.get(), 1e-6f, 1e-6f,
+                d_col.get(), d_ws.get(), nullptr, arg);
+      else
+        hc_pre(d_X.get(), M, c.hc, c.D, d_fn.get(), d_base.get(), d_scale.get(), 20, 1e-6f, 1e-6f, d_col.get(),
+               d_post.get(), d_comb.get(), d_ws.get(), nullptr, arg);
+      if (!fused) {
+        if (c.round) round_bf16(d_col.get(), static_cast<size_t>(M) * c.D, nullptr);
+        rms_norm(d_col.get(), M, c.D, d_w.get(), 1e-6f, nullptr, as_bf16(d_normed), nullptr);
+      }
+      sync();
+      return std::make_pair(d_col.download(), d_normed.download());
+    };
+    const auto passes = run(0, c.M, false);
+    const auto fused = run(0, c.M, true);
+    EXPECT_TRUE(same_bits(fused.first, passes.first)) << what << ": collapsed";
+    EXPECT_TRUE(std::equal(fused.second.begin(), fused.second.end(), passes.second.begin())) << what << ": normed";
+    if (!c.head && c.M > 1) {  // a token alone: the same bits as in the batch
+      const int m = c.M / 2;
+      const auto alone = run(m, 1, true);
+      EXPECT_TRUE(std::equal(alone.second.begin(), alone.second.end(),
+                             fused.second.begin() + static_cast<long>(m) * c.D))
+          << what << ": token " << m << " alone";
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // SwiGLU
 
@@ -981,6 +1044,55 @@ TEST(CudaOps, MoeCombineAddsInAscendingExpertOrder) {
     } else {
       expect_near(got, want, 1e-6f, 2e-5f, what);  // K + 1 terms of magnitude <= 2 that may cancel
     }
+  }
+}
+
+// hc_post_moe: moe_combine, (release) round_bf16 of its output, hc_post and (release) round_bf16 of X
+// in one kernel — bit for bit those passes, on aligned and unaligned buffers.
+TEST(CudaOps, HcPostMoeIsCombineThenPostBitwise) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int T, K, E, hc, D;
+    bool weighted, with_shared, round;
+    size_t offset;
+  };
+  for (const Case& c : {Case{257, 6, 32, 4, 4096, true, true, false, 0}, Case{256, 6, 32, 4, 4096, false, true, true, 0},
+                        Case{1, 6, 32, 4, 4096, true, true, true, 0}, Case{5, 6, 16, 4, 4096, true, false, false, 1},
+                        Case{3, 2, 8, 3, 7, true, true, true, 0}, Case{9, 8, 64, 4, 7168, false, true, false, 0}}) {
+    const std::string what = "hc_post_moe T " + std::to_string(c.T) + " hc " + std::to_string(c.hc) + " D " +
+                             std::to_string(c.D) + (c.weighted ? " weighted" : "") + (c.with_shared ? " shared" : "") +
+                             (c.round ? " round" : "") + (c.offset ? " unaligned" : "");
+    const size_t N = static_cast<size_t>(c.T) * c.K, width = static_cast<size_t>(c.hc) * c.D;
+    std::vector<int> sel(N);
+    std::mt19937 rng(c.T * 5 + c.D);
+    std::vector<int> experts(c.E);
+    std::iota(experts.begin(), experts.end(), 0);
+    for (int t = 0; t < c.T; ++t) {
+      std::shuffle(experts.begin(), experts.end(), rng);
+      std::copy(experts.begin(), experts.begin() + c.K, sel.begin() + static_cast<size_t>(t) * c.K);
+    }
+    const std::vector<float> w = random_floats(N, 0.0f, 1.0f, 18), y = random_floats(N * c.D, -2.0f, 2.0f, 19);
+    const std::vector<float> shared = random_floats(static_cast<size_t>(c.T) * c.D, -2.0f, 2.0f, 20);
+    const std::vector<float> X = random_floats(c.T * width, -2.0f, 2.0f, 21);
+    const std::vector<float> post = random_floats(static_cast<size_t>(c.T) * c.hc, 0.0f, 2.0f, 23);
+    const std::vector<float> comb = random_floats(static_cast<size_t>(c.T) * c.hc * c.hc, 0.0f, 1.0f, 24);
+    const Permutation p = permute_ref(sel, w, c.T, c.K, c.E);
+
+    DeviceBuffer<float> d_y(y, c.offset), d_w(w), d_shared(shared, c.offset), d_o(static_cast<size_t>(c.T) * c.D);
+    DeviceBuffer<float> d_X1(X, c.offset), d_X2(X, c.offset), d_post(post), d_comb(comb);
+    DeviceBuffer<int> d_row_of(p.row_of), d_sel(sel);
+    const float* wp = c.weighted ? d_w.get() : nullptr;
+    const float* sp = c.with_shared ? d_shared.get() : nullptr;
+    moe_combine(d_y.get(), d_row_of.get(), d_sel.get(), wp, sp, c.T, c.K, c.D, d_o.get(), nullptr);
+    if (c.round) round_bf16(d_o.get(), static_cast<size_t>(c.T) * c.D, nullptr);
+    hc_post(d_X1.get(), d_o.get(), c.T, c.hc, c.D, d_post.get(), d_comb.get(), nullptr);
+    if (c.round) round_bf16(d_X1.get(), c.T * width, nullptr);
+    hc_post_moe(d_X2.get(), d_y.get(), d_row_of.get(), d_sel.get(), wp, sp, c.T, c.K, c.hc, c.D, d_post.get(),
+                d_comb.get(), c.round, c.round, nullptr);
+    sync();
+    const std::vector<float> want = d_X1.download(), got = d_X2.download();
+    EXPECT_TRUE(same_bits(got, want)) << what;
+    EXPECT_NE(got, X) << what;  // the update happened
   }
 }
 

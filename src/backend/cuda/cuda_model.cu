@@ -1079,10 +1079,10 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     const float rope_f = kind == AttentionKind::kSliding ? rope_main_factor : rope_compress_factor;
 
     // Attention block: mHC pre, norm, attention (DeepSeekV4::attention), mHC post.
+    // (+ (release) bf16 rounding of the collapsed rows and attn_norm into `normed`, fused where it can be)
+    const HcNorm attn_norm{L.attn_norm, eps, rel, normed};
     hc_pre(X, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
-           post, comb, hc_ws, s);
-    rb(collapsed, static_cast<size_t>(T) * D);
-    rms_norm(collapsed, T, D, L.attn_norm, eps, nullptr, normed, s);
+           post, comb, hc_ws, s, &attn_norm);
     tap_bf(l, "attn_in", normed, static_cast<size_t>(T) * D);
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
     proj(normed, T, D, L.wq_a, c.q_lora_rank, qr);
@@ -1236,10 +1236,9 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     tap_f32(l, "h_mid", X, static_cast<size_t>(T) * hc * D);
 
     // MoE block (DeepSeekV4::moe).
+    const HcNorm ffn_norm{L.ffn_norm, eps, rel, normed};
     hc_pre(X, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post,
-           comb, hc_ws, s);
-    rb(collapsed, static_cast<size_t>(T) * D);
-    rms_norm(collapsed, T, D, L.ffn_norm, eps, nullptr, normed, s);
+           comb, hc_ws, s, &ffn_norm);
     tap_bf(l, "ffn_in", normed, static_cast<size_t>(T) * D);
     const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
     const int inter_s = c.shared_intermediate();
@@ -1261,7 +1260,6 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
       swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
       gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
-      moe_combine(y, row_of, route_sel, route_w, ys, T, K, D, sub_out, s);
     } else {
       // The official expert: FP8 inputs, bf16 w1/w3 outputs, the routing weight applied before w2
       // (fp32, then bf16), bf16 w2 output; routed outputs summed in fp32 with the shared expert's,
@@ -1284,20 +1282,27 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
       }
       round_bf16(ys, static_cast<size_t>(T) * D, s);
-      moe_combine(y, row_of, route_sel, nullptr, ys, T, K, D, sub_out, s);
-      round_bf16(sub_out, static_cast<size_t>(T) * D, s);
     }
-    tap_f32(l, "ffn_out", sub_out, static_cast<size_t>(T) * D);
-    hc_post(X, sub_out, T, hc, D, post, comb, s);
-    rb(X, static_cast<size_t>(T) * hc * D);
+    // Routed rows summed in ascending expert order (weighted in exact numerics; release applied the
+    // weight before w2) + the shared expert (release: rounded to bf16 once), then mHC post. One kernel
+    // unless a tap must see the block's output.
+    const float* combine_w = rel ? nullptr : route_w;
+    if (tap) {
+      moe_combine(y, row_of, route_sel, combine_w, ys, T, K, D, sub_out, s);
+      rb(sub_out, static_cast<size_t>(T) * D);
+      tap_f32(l, "ffn_out", sub_out, static_cast<size_t>(T) * D);
+      hc_post(X, sub_out, T, hc, D, post, comb, s);
+      rb(X, static_cast<size_t>(T) * hc * D);
+    } else {
+      hc_post_moe(X, y, row_of, route_sel, combine_w, ys, T, K, hc, D, post, comb, rel, rel, s);
+    }
     tap_f32(l, "h_out", X, static_cast<size_t>(T) * hc * D);
   }
   // Head: only the rows that produce logits.
   if (NR > 0) {
+    const HcNorm head_norm{final_norm, eps, rel, head_in_bf};
     hc_head(X, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in,
-            hc_ws, s);
-    rb(head_in, static_cast<size_t>(NR) * D);
-    rms_norm(head_in, NR, D, final_norm, eps, nullptr, head_in_bf, s);
+            hc_ws, s, &head_norm);
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
     if (want_greedy) greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, greedy_ws, s);
   }

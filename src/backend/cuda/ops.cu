@@ -75,6 +75,11 @@ __device__ __forceinline__ void store4(float* row, int c, int n, bool vec, float
   if (i + 3 < n) row[i + 3] = v.w;
 }
 
+// fp32(bf16(v)), nearest even: the release numerics' rounding of an fp32 tensor.
+__device__ __forceinline__ float round_bf16_dev(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
 // Four values rounded to bf16 (nearest even), packed in memory order (x lowest).
 __device__ __forceinline__ uint2 pack_bf16x4(float4 v) {
   const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
@@ -365,6 +370,13 @@ struct HcArgs {
   bool vec;
   int splits;
   float* part;  // [M, splits, kMix + 1]
+  // HcNorm fused into hc_finish (normed != nullptr): collapsed rows rounded to bf16 (round_collapsed),
+  // then rms_norm_kernel's own steps on them.
+  bool round_collapsed = false;
+  const float* norm_weight = nullptr;
+  float out_norm_eps = 0.0f;
+  bf16* normed = nullptr;
+  bool norm_vec = false;
 };
 
 // Token's comb matrix (hc x hc, from the mixes) through softmax, +eps and Sinkhorn, by one warp;
@@ -549,12 +561,22 @@ __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(HcArgs a) {
   // collapsed[m, d] = sum_i pre_i X[m, i, d].
   const float* x = a.X + static_cast<size_t>(kHead ? a.rows[m] : m) * W;
   const int d_chunks = ceil_div(a.D, 4);
+  float* out = a.out + static_cast<size_t>(m) * a.D;
   for (int c = tid; c < d_chunks; c += kHcThreads) {
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int i = 0; i < HC; ++i) o = fma4(pre[i], load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec), o);
-    store4(a.out + static_cast<size_t>(m) * a.D, c, a.D, a.vec, o);
+    if (a.round_collapsed) o = make_float4(round_bf16_dev(o.x), round_bf16_dev(o.y), round_bf16_dev(o.z), round_bf16_dev(o.w));
+    store4(out, c, a.D, a.vec, o);
   }
+  if (a.normed == nullptr) return;
+  // The norm after the collapse, as rms_norm_kernel computes it (same threads, chunks and reduction,
+  // hence the same bits): every thread reads back only the chunks it has just written.
+  static_assert(kHcThreads == kRmsThreads, "the fused norm reproduces rms_norm_kernel's reduction");
+  __shared__ float scratch[kRmsThreads / 32];
+  const float ss = block_sum<kRmsThreads>(rms_partial_sum(out, a.D, a.norm_vec, tid, kRmsThreads), scratch);
+  rms_scale_store(out, static_cast<size_t>(m) * a.D, a.D, rms_scale(ss, a.D, a.out_norm_eps), a.norm_weight, nullptr,
+                  a.normed, a.norm_vec, tid, kRmsThreads);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -562,6 +584,28 @@ __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(HcArgs a) {
 // update needs no barrier.
 
 constexpr int kEltThreads = 256;
+
+// Chunk c of token m's hc_post update with that token's output chunk ov (fp32(bf16(.)) of each new
+// value when round_x: release numerics' rounding of X, fused).
+template <int HC>
+__device__ __forceinline__ void hc_post_chunk(float* X, int m, int D, int c, float4 ov, const float* __restrict__ post,
+                                              const float* __restrict__ comb, bool vec, bool round_x) {
+  float* Xm = X + static_cast<size_t>(m) * HC * D;
+  const float* pm = post + static_cast<size_t>(m) * HC;
+  const float* Cm = comb + static_cast<size_t>(m) * HC * HC;
+  float4 old[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) old[j] = load4(Xm + static_cast<size_t>(j) * D, c, D, vec);
+#pragma unroll
+  for (int k = 0; k < HC; ++k) {
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < HC; ++j) s = fma4(Cm[j * HC + k], old[j], s);
+    float4 v = fma4(pm[k], ov, s);
+    if (round_x) v = make_float4(round_bf16_dev(v.x), round_bf16_dev(v.y), round_bf16_dev(v.z), round_bf16_dev(v.w));
+    store4(Xm + static_cast<size_t>(k) * D, c, D, vec, v);
+  }
+}
 
 template <int HC>
 __global__ void __launch_bounds__(kEltThreads)
@@ -571,20 +615,7 @@ __global__ void __launch_bounds__(kEltThreads)
   const int m = static_cast<int>(blockIdx.x);
   const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (c >= ceil_div(D, 4)) return;
-  float* Xm = X + static_cast<size_t>(m) * HC * D;
-  const float* pm = post + static_cast<size_t>(m) * HC;
-  const float* Cm = comb + static_cast<size_t>(m) * HC * HC;
-  float4 old[HC];
-#pragma unroll
-  for (int j = 0; j < HC; ++j) old[j] = load4(Xm + static_cast<size_t>(j) * D, c, D, vec);
-  const float4 ov = load4(o + static_cast<size_t>(m) * D, c, D, vec);
-#pragma unroll
-  for (int k = 0; k < HC; ++k) {
-    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < HC; ++j) s = fma4(Cm[j * HC + k], old[j], s);
-    store4(Xm + static_cast<size_t>(k) * D, c, D, vec, fma4(pm[k], ov, s));
-  }
+  hc_post_chunk<HC>(X, m, D, c, load4(o + static_cast<size_t>(m) * D, c, D, vec), post, comb, vec, false);
 }
 
 // Calls f(std::integral_constant<int, hc>{}) for hc in [1, 8].
@@ -820,38 +851,35 @@ __global__ void __launch_bounds__(kCopyThreads)
   for (int j = i; j < min(i + 8, width); ++j) d[j] = s[j];
 }
 
-// Each block sorts its token's K choices by (expert, k), then adds the rows in that order; out
-// may alias shared (each thread reads its chunk before writing it).
-__global__ void __launch_bounds__(kEltThreads)
-    moe_combine_kernel(const float* __restrict__ y, const int* __restrict__ row_of, const int* __restrict__ sel,
-                       const float* __restrict__ w, const float* shared, int K, int D, float* out, bool vec) {
-  pdl_prologue();
-  __shared__ int order_row[kMaxTopK];
-  __shared__ float order_w[kMaxTopK];
-  const int t = static_cast<int>(blockIdx.x);
-  if (threadIdx.x == 0) {
-    int ks[kMaxTopK];
-    const int* st = sel + static_cast<size_t>(t) * K;
-    for (int k = 0; k < K; ++k) {  // insertion sort, stable: equal ids keep k order
-      int p = k;
-      while (p > 0 && st[ks[p - 1]] > st[k]) {
-        ks[p] = ks[p - 1];
-        --p;
-      }
-      ks[p] = k;
+// Token t's K choices sorted by (expert, k) into order_row / order_w (weight 1 without w), by thread
+// 0; the caller synchronises.
+__device__ __forceinline__ void moe_order(const int* __restrict__ row_of, const int* __restrict__ sel,
+                                          const float* __restrict__ w, int t, int K, int* order_row, float* order_w) {
+  if (threadIdx.x != 0) return;
+  int ks[kMaxTopK];
+  const int* st = sel + static_cast<size_t>(t) * K;
+  for (int k = 0; k < K; ++k) {  // insertion sort, stable: equal ids keep k order
+    int p = k;
+    while (p > 0 && st[ks[p - 1]] > st[k]) {
+      ks[p] = ks[p - 1];
+      --p;
     }
-    for (int q = 0; q < K; ++q) {
-      order_row[q] = row_of[static_cast<size_t>(t) * K + ks[q]];
-      order_w[q] = w != nullptr ? w[static_cast<size_t>(t) * K + ks[q]] : 1.0f;
-    }
+    ks[p] = k;
   }
-  __syncthreads();
-  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (c >= ceil_div(D, 4)) return;
+  for (int q = 0; q < K; ++q) {
+    order_row[q] = row_of[static_cast<size_t>(t) * K + ks[q]];
+    order_w[q] = w != nullptr ? w[static_cast<size_t>(t) * K + ks[q]] : 1.0f;
+  }
+}
+// Chunk c of token t's combined output: its rows in order_row's order (weighted when `weighted`),
+// then + shared[t].
+__device__ __forceinline__ float4 moe_combined_chunk(const float* __restrict__ y, const int* order_row,
+                                                     const float* order_w, bool weighted, const float* shared, int t,
+                                                     int K, int D, int c, bool vec) {
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int q = 0; q < K; ++q) {
     const float4 yv = load4(y + static_cast<size_t>(order_row[q]) * D, c, D, vec);
-    if (w != nullptr) {
+    if (weighted) {
       acc = fma4(order_w[q], yv, acc);
     } else {
       acc = make_float4(acc.x + yv.x, acc.y + yv.y, acc.z + yv.z, acc.w + yv.w);
@@ -861,7 +889,45 @@ __global__ void __launch_bounds__(kEltThreads)
     const float4 sv = load4(shared + static_cast<size_t>(t) * D, c, D, vec);
     acc = make_float4(acc.x + sv.x, acc.y + sv.y, acc.z + sv.z, acc.w + sv.w);
   }
-  store4(out + static_cast<size_t>(t) * D, c, D, vec, acc);
+  return acc;
+}
+
+// Each block sorts its token's K choices by (expert, k), then adds the rows in that order; out
+// may alias shared (each thread reads its chunk before writing it).
+__global__ void __launch_bounds__(kEltThreads)
+    moe_combine_kernel(const float* __restrict__ y, const int* __restrict__ row_of, const int* __restrict__ sel,
+                       const float* __restrict__ w, const float* shared, int K, int D, float* out, bool vec) {
+  pdl_prologue();
+  __shared__ int order_row[kMaxTopK];
+  __shared__ float order_w[kMaxTopK];
+  const int t = static_cast<int>(blockIdx.x);
+  moe_order(row_of, sel, w, t, K, order_row, order_w);
+  __syncthreads();
+  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= ceil_div(D, 4)) return;
+  store4(out + static_cast<size_t>(t) * D, c, D, vec,
+         moe_combined_chunk(y, order_row, order_w, w != nullptr, shared, t, K, D, c, vec));
+}
+
+// moe_combine, (release) bf16 rounding of its output, hc_post and (release) rounding of X in one
+// pass: the combined chunk never leaves registers.
+template <int HC>
+__global__ void __launch_bounds__(kEltThreads)
+    hc_post_moe_kernel(float* X, const float* __restrict__ y, const int* __restrict__ row_of,
+                       const int* __restrict__ sel, const float* __restrict__ w, const float* __restrict__ shared, int K,
+                       int D, const float* __restrict__ post, const float* __restrict__ comb, bool round_o,
+                       bool round_x, bool vec) {
+  pdl_prologue();
+  __shared__ int order_row[kMaxTopK];
+  __shared__ float order_w[kMaxTopK];
+  const int t = static_cast<int>(blockIdx.x);
+  moe_order(row_of, sel, w, t, K, order_row, order_w);
+  __syncthreads();
+  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= ceil_div(D, 4)) return;
+  float4 o = moe_combined_chunk(y, order_row, order_w, w != nullptr, shared, t, K, D, c, vec);
+  if (round_o) o = make_float4(round_bf16_dev(o.x), round_bf16_dev(o.y), round_bf16_dev(o.z), round_bf16_dev(o.w));
+  hc_post_chunk<HC>(X, t, D, c, o, post, comb, vec, round_x);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -877,10 +943,6 @@ __global__ void __launch_bounds__(kEltThreads)
     reinterpret_cast<uint2*>(y)[c] = pack_bf16x4(reinterpret_cast<const float4*>(x)[c]);
   }
   for (size_t i = 4 * n4 + first; i < n; i += stride) y[i] = __float2bfloat16_rn(x[i]);
-}
-
-__device__ __forceinline__ float round_bf16_dev(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
 }
 
 __global__ void __launch_bounds__(kEltThreads) round_bf16_kernel(float* __restrict__ x, size_t n, bool vec) {
@@ -901,11 +963,8 @@ unsigned cast_grid(size_t n) {
   return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(blocks, 1), 8192));
 }
 
-// Runs hc_dots then hc_finish for kMix mixes (hc_pre: (2 + hc) hc; hc_head: hc).
-template <int HC, int kMix, bool kHead>
-void launch_hc(HcArgs a, cudaStream_t stream) {
-  // Accumulators per lane: kTokW * (kMix + 1), padded to 32; at most ~128 keeps them in registers.
-  constexpr int kTokW = 4 * (kMix + 1) <= 128 ? 4 : (2 * (kMix + 1) <= 128 ? 2 : 1);
+template <int HC, int kMix, int kTokW, bool kHead>
+void launch_hc_dots(const HcArgs& a, cudaStream_t stream) {
   const int span = ceil_div(ceil_div(HC * a.D, 4), a.splits);
   const size_t smem = static_cast<size_t>(kMix) * span * sizeof(float4);
   static bool configured = false;  // per instantiation; the attribute covers kHcStageBytes
@@ -920,6 +979,21 @@ void launch_hc(HcArgs a, cudaStream_t stream) {
   const int tile_ctas = std::max(1, ceil_div(4 * gemm_common::sm_count(), a.splits));
   const dim3 grid(static_cast<unsigned>(std::min(tiles, tile_ctas)), static_cast<unsigned>(a.splits));
   hc_dots_kernel<HC, kMix, kTokW, kHead><<<grid, kHcThreads, smem, stream>>>(a);
+}
+
+// Runs hc_dots then hc_finish for kMix mixes (hc_pre: (2 + hc) hc; hc_head: hc).
+template <int HC, int kMix, bool kHead>
+void launch_hc(HcArgs a, cudaStream_t stream) {
+  // Accumulators per lane: kTokW * (kMix + 1), padded to 32; at most ~128 keeps them in registers.
+  constexpr int kTokW = 4 * (kMix + 1) <= 128 ? 4 : (2 * (kMix + 1) <= 128 ? 2 : 1);
+  // Fewer tokens than warps (a batch-1 decode step): one token a warp. With kTokW a warp, warp 0
+  // computed kTokW copies of the lone token (the padding aliases it) while the others idled. A
+  // token's additions do not depend on kTokW (its lane chunks and butterfly are the same), so
+  // neither do its bits.
+  if (a.M < kHcWarps)
+    launch_hc_dots<HC, kMix, 1, kHead>(a, stream);
+  else
+    launch_hc_dots<HC, kMix, kTokW, kHead>(a, stream);
   hc_finish_kernel<HC, kMix, kHead><<<static_cast<unsigned>(a.M), kHcThreads, 0, stream>>>(a);
 }
 
@@ -1107,9 +1181,30 @@ size_t hc_workspace_bytes(int M, int hc, int D, bool head) {
   return static_cast<size_t>(std::max(M, 0)) * hc_splits(hc, D, mixes) * (mixes + 1) * sizeof(float);
 }
 
+namespace {
+// Fills the fused-norm fields of `a` when the norm can run inside hc_finish: D > kRmsWarpMaxN, where
+// rms_norm takes the block form that hc_finish reproduces. Returns whether it did.
+bool fuse_hc_norm(HcArgs& a, const HcNorm* norm) {
+  if (norm == nullptr || norm->normed == nullptr || a.D <= kRmsWarpMaxN) return false;
+  a.round_collapsed = norm->round_collapsed;
+  a.norm_weight = norm->weight;
+  a.out_norm_eps = norm->eps;
+  a.normed = norm->normed;
+  a.norm_vec = a.D % 4 == 0 && aligned(a.out, 16) && (norm->weight == nullptr || aligned(norm->weight, 16)) &&
+               aligned(norm->normed, 8);
+  return true;
+}
+// The norm as separate passes (when hc_finish did not fuse it).
+void hc_norm_passes(float* collapsed, int M, int D, const HcNorm* norm, cudaStream_t stream) {
+  if (norm == nullptr || norm->normed == nullptr) return;
+  if (norm->round_collapsed) round_bf16(collapsed, static_cast<size_t>(M) * D, stream);
+  rms_norm(collapsed, M, D, norm->weight, norm->eps, nullptr, norm->normed, stream);
+}
+}  // namespace
+
 void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* base, const float* scale, int iters,
             float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, void* workspace,
-            cudaStream_t stream) {
+            cudaStream_t stream, const HcNorm* norm) {
   if (M <= 0) return;
   DI_CHECK(D > 0, "D = %d", D);
   DI_CHECK(workspace != nullptr, "hc_pre needs hc_workspace_bytes of workspace");
@@ -1117,9 +1212,11 @@ void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* 
   with_hc(hc, [&](auto hc_constant) {
     constexpr int HC = decltype(hc_constant)::value;
     constexpr int kMix = (2 + HC) * HC;
-    const HcArgs args{X, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, post, comb, vec,
-                      hc_splits(HC, D, kMix), static_cast<float*>(workspace)};
+    HcArgs args{X, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, post, comb, vec,
+                hc_splits(HC, D, kMix), static_cast<float*>(workspace)};
+    const bool fused = fuse_hc_norm(args, norm);
     launch_hc<HC, kMix, false>(args, stream);
+    if (!fused) hc_norm_passes(collapsed, M, D, norm, stream);
   });
 }
 
@@ -1134,16 +1231,19 @@ void hc_post(float* X, const float* o, int M, int hc, int D, const float* post, 
 }
 
 void hc_head(const float* X, const int* rows, int R, int hc, int D, const float* fn, const float* base,
-             const float* scale, float hc_eps, float norm_eps, float* out, void* workspace, cudaStream_t stream) {
+             const float* scale, float hc_eps, float norm_eps, float* out, void* workspace, cudaStream_t stream,
+             const HcNorm* norm) {
   if (R <= 0) return;
   DI_CHECK(D > 0, "D = %d", D);
   DI_CHECK(workspace != nullptr, "hc_head needs hc_workspace_bytes of workspace");
   const bool vec = D % 4 == 0 && aligned(X, 16) && aligned(fn, 16) && aligned(out, 16);
   with_hc(hc, [&](auto hc_constant) {
     constexpr int HC = decltype(hc_constant)::value;
-    const HcArgs args{X, rows, R, D, fn, base, scale, 0, hc_eps, norm_eps, out, nullptr, nullptr, vec,
-                      hc_splits(HC, D, HC), static_cast<float*>(workspace)};
+    HcArgs args{X, rows, R, D, fn, base, scale, 0, hc_eps, norm_eps, out, nullptr, nullptr, vec,
+                hc_splits(HC, D, HC), static_cast<float*>(workspace)};
+    const bool fused = fuse_hc_norm(args, norm);
     launch_hc<HC, HC, true>(args, stream);
+    if (!fused) hc_norm_passes(out, R, D, norm, stream);
   });
 }
 
@@ -1185,6 +1285,19 @@ void moe_combine(const float* y, const int* row_of, const int* sel, const float*
   const bool vec = D % 4 == 0 && aligned(y, 16) && aligned(out, 16) && (shared == nullptr || aligned(shared, 16));
   moe_combine_kernel<<<row_grid(T, ceil_div(D, 4), kEltThreads), kEltThreads, 0, stream>>>(y, row_of, sel, w, shared, K,
                                                                                            D, out, vec);
+}
+
+void hc_post_moe(float* X, const float* y, const int* row_of, const int* sel, const float* w, const float* shared,
+                 int T, int K, int hc, int D, const float* post, const float* comb, bool round_o, bool round_x,
+                 cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  DI_CHECK(K > 0 && K <= kMaxTopK, "K = %d", K);
+  const bool vec = D % 4 == 0 && aligned(X, 16) && aligned(y, 16) && (shared == nullptr || aligned(shared, 16));
+  with_hc(hc, [&](auto hc_constant) {
+    constexpr int HC = decltype(hc_constant)::value;
+    hc_post_moe_kernel<HC><<<row_grid(T, ceil_div(D, 4), kEltThreads), kEltThreads, 0, stream>>>(
+        X, y, row_of, sel, w, shared, K, D, post, comb, round_o, round_x, vec);
+  });
 }
 
 void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t stream) {

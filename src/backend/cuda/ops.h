@@ -42,9 +42,19 @@ void rope(float* x, int M, int heads, int head_dim, const int64_t* pos, const fl
 // (comb[j][k]: input stream j -> output stream k). hc <= 8. `workspace`: at least
 // hc_workspace_bytes(M, hc, D, false) bytes, 16-byte aligned (partial dot products).
 size_t hc_workspace_bytes(int M, int hc, int D, bool head);
+// The RMS norm that follows hc_pre / hc_head (attention, ffn or final norm), optionally done by them:
+// the collapsed rows are rounded to bf16 in place when round_collapsed (release numerics), then
+// normed = rms_norm(collapsed, M, D, weight, eps, nullptr, normed) bit for bit. In the collapse kernel
+// itself when D > 2048 (rms_norm's block form), as the separate passes otherwise.
+struct HcNorm {
+  const float* weight = nullptr;  // [D] or null
+  float eps = 0.0f;
+  bool round_collapsed = false;
+  bf16* normed = nullptr;  // [M, D]
+};
 void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* base, const float* scale, int iters,
             float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, void* workspace,
-            cudaStream_t stream);
+            cudaStream_t stream, const HcNorm* norm = nullptr);
 // X[m, k, d] <- post[m, k] * o[m, d] + sum_j comb[m, j, k] * X[m, j, d]  (in place; CpuBackend::hc_post).
 void hc_post(float* X, const float* o, int M, int hc, int D, const float* post, const float* comb,
              cudaStream_t stream);
@@ -52,7 +62,8 @@ void hc_post(float* X, const float* o, int M, int hc, int D, const float* post, 
 // (device [R] ints, indices into X's token dimension): fn [hc, hc * D], base [hc], scale [1];
 // out [R, D]. `workspace`: at least hc_workspace_bytes(R, hc, D, true) bytes.
 void hc_head(const float* X, const int* rows, int R, int hc, int D, const float* fn, const float* base,
-             const float* scale, float hc_eps, float norm_eps, float* out, void* workspace, cudaStream_t stream);
+             const float* scale, float hc_eps, float norm_eps, float* out, void* workspace, cudaStream_t stream,
+             const HcNorm* norm = nullptr);
 
 // SwiGLU with clamp on a fused gate|up projection gu [M, 2 * inter] (columns [0, inter) = W1 x,
 // [inter, 2 inter) = W3 x): out[m, i] = bf16(silu(min(g, limit)) * clamp(u, -limit, limit)
@@ -83,6 +94,12 @@ void gather_rows(const bf16* src, const int* idx, int R, int width, bf16* out, c
 // (* w[t, k] when w != null), then + shared[t, :] when shared != null; fp32. y: [T * K, D].
 void moe_combine(const float* y, const int* row_of, const int* sel, const float* w, const float* shared, int T,
                  int K, int D, float* out, cudaStream_t stream);
+
+// moe_combine into a temporary o, o rounded to bf16 when round_o, hc_post(X, o, ...), X rounded to
+// bf16 when round_x — the same bits as those passes in turn, in one kernel (o is never stored).
+void hc_post_moe(float* X, const float* y, const int* row_of, const int* sel, const float* w, const float* shared,
+                 int T, int K, int hc, int D, const float* post, const float* comb, bool round_o, bool round_x,
+                 cudaStream_t stream);
 
 // rms_norm (weight may be null) of each of the M * heads rows of n values (row stride n), then, when
 // round_mid, bf16 rounding, then RoPE of the trailing rope_dim values of row (t, h) at pos[t] (as
