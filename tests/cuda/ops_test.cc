@@ -996,6 +996,17 @@ std::vector<float> combine_ref(const Permutation& p, const std::vector<float>& y
   return out;
 }
 
+// K distinct experts of E per token, in random (not ascending) order: [T * K].
+std::vector<int> distinct_experts(int T, int K, int E, std::mt19937& rng) {
+  std::vector<int> sel(static_cast<size_t>(T) * K), experts(E);
+  std::iota(experts.begin(), experts.end(), 0);
+  for (int t = 0; t < T; ++t) {
+    std::shuffle(experts.begin(), experts.end(), rng);
+    std::copy(experts.begin(), experts.begin() + K, sel.begin() + static_cast<size_t>(t) * K);
+  }
+  return sel;
+}
+
 TEST(CudaOps, MoeCombineAddsInAscendingExpertOrder) {
   SKIP_WITHOUT_CUDA_DEVICE();
   struct Case {
@@ -1011,15 +1022,8 @@ TEST(CudaOps, MoeCombineAddsInAscendingExpertOrder) {
                              (c.weighted ? " weighted" : "") + (c.with_shared ? " shared" : "") +
                              (c.order_sensitive ? " order-sensitive" : "");
     const size_t N = static_cast<size_t>(c.T) * c.K;
-    // Distinct experts per token, in random (not ascending) order.
-    std::vector<int> sel(N);
     std::mt19937 rng(c.T * 7 + c.D);
-    std::vector<int> experts(c.E);
-    std::iota(experts.begin(), experts.end(), 0);
-    for (int t = 0; t < c.T; ++t) {
-      std::shuffle(experts.begin(), experts.end(), rng);
-      std::copy(experts.begin(), experts.begin() + c.K, sel.begin() + static_cast<size_t>(t) * c.K);
-    }
+    const std::vector<int> sel = distinct_experts(c.T, c.K, c.E, rng);
     std::vector<float> w = random_floats(N, 0.0f, 1.0f, 8), y = random_floats(N * c.D, -2.0f, 2.0f, 9);
     std::vector<float> shared = random_floats(static_cast<size_t>(c.T) * c.D, -2.0f, 2.0f, 10);
     if (c.order_sensitive) {
@@ -1063,14 +1067,8 @@ TEST(CudaOps, HcPostMoeIsCombineThenPostBitwise) {
                              std::to_string(c.D) + (c.weighted ? " weighted" : "") + (c.with_shared ? " shared" : "") +
                              (c.round ? " round" : "") + (c.offset ? " unaligned" : "");
     const size_t N = static_cast<size_t>(c.T) * c.K, width = static_cast<size_t>(c.hc) * c.D;
-    std::vector<int> sel(N);
     std::mt19937 rng(c.T * 5 + c.D);
-    std::vector<int> experts(c.E);
-    std::iota(experts.begin(), experts.end(), 0);
-    for (int t = 0; t < c.T; ++t) {
-      std::shuffle(experts.begin(), experts.end(), rng);
-      std::copy(experts.begin(), experts.begin() + c.K, sel.begin() + static_cast<size_t>(t) * c.K);
-    }
+    const std::vector<int> sel = distinct_experts(c.T, c.K, c.E, rng);
     const std::vector<float> w = random_floats(N, 0.0f, 1.0f, 18), y = random_floats(N * c.D, -2.0f, 2.0f, 19);
     const std::vector<float> shared = random_floats(static_cast<size_t>(c.T) * c.D, -2.0f, 2.0f, 20);
     const std::vector<float> X = random_floats(c.T * width, -2.0f, 2.0f, 21);

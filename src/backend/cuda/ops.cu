@@ -79,6 +79,9 @@ __device__ __forceinline__ void store4(float* row, int c, int n, bool vec, float
 __device__ __forceinline__ float round_bf16_dev(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
+__device__ __forceinline__ float4 round_bf16x4(float4 v) {
+  return make_float4(round_bf16_dev(v.x), round_bf16_dev(v.y), round_bf16_dev(v.z), round_bf16_dev(v.w));
+}
 
 // Four values rounded to bf16 (nearest even), packed in memory order (x lowest).
 __device__ __forceinline__ uint2 pack_bf16x4(float4 v) {
@@ -566,7 +569,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(HcArgs a) {
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int i = 0; i < HC; ++i) o = fma4(pre[i], load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec), o);
-    if (a.round_collapsed) o = make_float4(round_bf16_dev(o.x), round_bf16_dev(o.y), round_bf16_dev(o.z), round_bf16_dev(o.w));
+    if (a.round_collapsed) o = round_bf16x4(o);
     store4(out, c, a.D, a.vec, o);
   }
   if (a.normed == nullptr) return;
@@ -602,7 +605,7 @@ __device__ __forceinline__ void hc_post_chunk(float* X, int m, int D, int c, flo
 #pragma unroll
     for (int j = 0; j < HC; ++j) s = fma4(Cm[j * HC + k], old[j], s);
     float4 v = fma4(pm[k], ov, s);
-    if (round_x) v = make_float4(round_bf16_dev(v.x), round_bf16_dev(v.y), round_bf16_dev(v.z), round_bf16_dev(v.w));
+    if (round_x) v = round_bf16x4(v);
     store4(Xm + static_cast<size_t>(k) * D, c, D, vec, v);
   }
 }
@@ -871,15 +874,24 @@ __device__ __forceinline__ void moe_order(const int* __restrict__ row_of, const 
     order_w[q] = w != nullptr ? w[static_cast<size_t>(t) * K + ks[q]] : 1.0f;
   }
 }
-// Chunk c of token t's combined output: its rows in order_row's order (weighted when `weighted`),
-// then + shared[t].
-__device__ __forceinline__ float4 moe_combined_chunk(const float* __restrict__ y, const int* order_row,
-                                                     const float* order_w, bool weighted, const float* shared, int t,
-                                                     int K, int D, int c, bool vec) {
+// The combined output of token t = blockIdx.x at this thread's chunk c: the token's choices sorted
+// once per block (moe_order), its rows added in that order (weighted when w is non-null), then +
+// shared[t]. Every thread of the block calls it (it synchronises); false past the row's end.
+__device__ __forceinline__ bool moe_combined_chunk(const float* __restrict__ y, const int* __restrict__ row_of,
+                                                   const int* __restrict__ sel, const float* __restrict__ w,
+                                                   const float* shared, int K, int D, bool vec, int& t, int& c,
+                                                   float4& out) {
+  __shared__ int order_row[kMaxTopK];
+  __shared__ float order_w[kMaxTopK];
+  t = static_cast<int>(blockIdx.x);
+  moe_order(row_of, sel, w, t, K, order_row, order_w);
+  __syncthreads();
+  c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= ceil_div(D, 4)) return false;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int q = 0; q < K; ++q) {
     const float4 yv = load4(y + static_cast<size_t>(order_row[q]) * D, c, D, vec);
-    if (weighted) {
+    if (w != nullptr) {
       acc = fma4(order_w[q], yv, acc);
     } else {
       acc = make_float4(acc.x + yv.x, acc.y + yv.y, acc.z + yv.z, acc.w + yv.w);
@@ -889,24 +901,19 @@ __device__ __forceinline__ float4 moe_combined_chunk(const float* __restrict__ y
     const float4 sv = load4(shared + static_cast<size_t>(t) * D, c, D, vec);
     acc = make_float4(acc.x + sv.x, acc.y + sv.y, acc.z + sv.z, acc.w + sv.w);
   }
-  return acc;
+  out = acc;
+  return true;
 }
 
-// Each block sorts its token's K choices by (expert, k), then adds the rows in that order; out
-// may alias shared (each thread reads its chunk before writing it).
+// out may alias shared (each thread reads its chunk before writing it).
 __global__ void __launch_bounds__(kEltThreads)
     moe_combine_kernel(const float* __restrict__ y, const int* __restrict__ row_of, const int* __restrict__ sel,
                        const float* __restrict__ w, const float* shared, int K, int D, float* out, bool vec) {
   pdl_prologue();
-  __shared__ int order_row[kMaxTopK];
-  __shared__ float order_w[kMaxTopK];
-  const int t = static_cast<int>(blockIdx.x);
-  moe_order(row_of, sel, w, t, K, order_row, order_w);
-  __syncthreads();
-  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (c >= ceil_div(D, 4)) return;
-  store4(out + static_cast<size_t>(t) * D, c, D, vec,
-         moe_combined_chunk(y, order_row, order_w, w != nullptr, shared, t, K, D, c, vec));
+  int t, c;
+  float4 o;
+  if (moe_combined_chunk(y, row_of, sel, w, shared, K, D, vec, t, c, o))
+    store4(out + static_cast<size_t>(t) * D, c, D, vec, o);
 }
 
 // moe_combine, (release) bf16 rounding of its output, hc_post and (release) rounding of X in one
@@ -918,15 +925,10 @@ __global__ void __launch_bounds__(kEltThreads)
                        int D, const float* __restrict__ post, const float* __restrict__ comb, bool round_o,
                        bool round_x, bool vec) {
   pdl_prologue();
-  __shared__ int order_row[kMaxTopK];
-  __shared__ float order_w[kMaxTopK];
-  const int t = static_cast<int>(blockIdx.x);
-  moe_order(row_of, sel, w, t, K, order_row, order_w);
-  __syncthreads();
-  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (c >= ceil_div(D, 4)) return;
-  float4 o = moe_combined_chunk(y, order_row, order_w, w != nullptr, shared, t, K, D, c, vec);
-  if (round_o) o = make_float4(round_bf16_dev(o.x), round_bf16_dev(o.y), round_bf16_dev(o.z), round_bf16_dev(o.w));
+  int t, c;
+  float4 o;
+  if (!moe_combined_chunk(y, row_of, sel, w, shared, K, D, vec, t, c, o)) return;
+  if (round_o) o = round_bf16x4(o);
   hc_post_chunk<HC>(X, t, D, c, o, post, comb, vec, round_x);
 }
 
@@ -952,7 +954,7 @@ __global__ void __launch_bounds__(kEltThreads) round_bf16_kernel(float* __restri
   const size_t n4 = vec ? n / 4 : 0;
   for (size_t c = first; c < n4; c += stride) {
     float4 v = reinterpret_cast<float4*>(x)[c];
-    v = make_float4(round_bf16_dev(v.x), round_bf16_dev(v.y), round_bf16_dev(v.z), round_bf16_dev(v.w));
+    v = round_bf16x4(v);
     reinterpret_cast<float4*>(x)[c] = v;
   }
   for (size_t i = 4 * n4 + first; i < n; i += stride) x[i] = round_bf16_dev(x[i]);
@@ -1111,7 +1113,7 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows)
   const int first_rotated = (n - rope_dim) / 4;  // chunk index
   for (int c = lane; c < n / 4; c += 32) {
     float4 y = rms_scaled_chunk(x + row, c, n, true, r, weight);
-    if (round_mid) y = make_float4(round_bf16_dev(y.x), round_bf16_dev(y.y), round_bf16_dev(y.z), round_bf16_dev(y.w));
+    if (round_mid) y = round_bf16x4(y);
     if (c >= first_rotated) {
       const int i = 2 * (c - first_rotated);  // pairs i and i + 1 of the rotated tail
       const float2 lo = rope_rotate(make_float2(y.x, y.y), rope_cos_sin(inv_freq[i], p, attention_factor, false));
