@@ -353,7 +353,8 @@ TEST(CudaOps, NormRopeIsTheSeparatePassesInOne) {
 // the same row in a batch, bit for bit.
 TEST(CudaOps, GreedyRowsPartsMeetInAFixedOrder) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (int V : {7, 1024, 129280}) {
+  // 129280: 32 parts of 4040 ids (the register path); 140000: parts of 4375 (the loop path).
+  for (int V : {7, 1024, 129280, 140000}) {
     const int R = 6;
     std::vector<float> x = random_floats(static_cast<size_t>(R) * V, -8.0f, 8.0f, V);
     if (V > 100) {

@@ -115,14 +115,14 @@ using CfgM128N256K64 = TileConfig<128, 256, 64, 2, 4, 4, 1, SliceReduction::kNon
 enum ConfigId {
   kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kM128N256Fold, kM16N32K256, kM16N32S4, kM64N64K128,
   kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kWgmmaM64Cluster2, kWgmmaM128Cluster,
-  kWgmmaM64N256Cluster, kWgmmaM128N256Cluster, kWgmmaM64Fold2, kNumConfigs
+  kWgmmaM64N256Cluster, kWgmmaM128N256Cluster, kWgmmaM64Fold2, kWgmmaM64Fold1, kNumConfigs
 };
 constexpr const char* kConfigNames[] = {
     "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
     "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64",
     "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster",
     "wgmma_tma_m64n128_cluster_2cta", "wgmma_tma_m128n128_cluster", "wgmma_tma_m64n256_cluster",
-    "wgmma_tma_m128n256_cluster", "wgmma_tma_m64n128_fold_2cta"};
+    "wgmma_tma_m128n256_cluster", "wgmma_tma_m64n128_fold_2cta", "wgmma_tma_m64n128_fold"};
 static_assert(sizeof(kConfigNames) / sizeof(kConfigNames[0]) == kNumConfigs, "one name per tile configuration");
 
 struct GemmParams {
@@ -488,6 +488,13 @@ int choose_config(int rows, long long total_rows, int groups, int N, const Slice
     // Short K (16 k-tiles): the big tiles' fill and drain outweigh their reuse until the 128 x 256
     // tile fills the GPU (8192x1024 at 384 rows: 64x128 two-CTA 19.9, 128x128 26.9).
     if (!grouped && k <= 1024) return kWgmmaM64Cluster2;
+    // Up to 256 rows making about one wave of 64 x 128 tiles over a deep K (N = 4096 at 193-256
+    // rows): the one-CTA/SM 64 x 128 fold, 8 stages in flight, every slice in one CTA. 4096x4096 at
+    // 256 rows 28.6 us (H100: 29.2) against 37.2 (40.5) on the 128 x 128 cluster tile, 4096x8192
+    // 50.4 (52.0) against 55.7 (61.4). Not with fewer tiles (1024x4096 at 256 rows 27.0 vs 14.4) or
+    // a shallower K (4096x2048 17.5 vs 15.0).
+    if (!grouped && k >= 4096 && total_rows <= 256 && tiles(64, 128) * 4 >= sms * 3 && tiles(64, 128) <= sms)
+      return kWgmmaM64Fold1;
     // From about half a wave of 128 x 128 tiles: the 128 x 128 fold (4096x4096 at 384 rows 38.3,
     // 128-row cluster 46.8; N = 512, M = 4096: 39 vs 78 on the 64-row tile), or, with 2 slices or
     // K >= 8192, the 128 x 256 tile over cluster slices (x read once per 256 weight rows; its 128
@@ -523,7 +530,7 @@ int legal_config(int config, const SlicePlan& plan, bool tma) {
   if (config == kWgmmaN128 && !tma) return plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   if (config == kWgmmaN256 && !tma) return kM128N256;
   if ((config == kWgmmaM64Cluster || config == kWgmmaM64Cluster2 || config == kWgmmaM128Cluster ||
-       config == kWgmmaM64N256Cluster || config == kWgmmaM64Fold2) &&
+       config == kWgmmaM64N256Cluster || config == kWgmmaM64Fold2 || config == kWgmmaM64Fold1) &&
       !tma)
     return kM64N64;
   if (config == kWgmmaM128N256Cluster && !tma) config = kM128N256;  // folded below when S > 1
@@ -554,6 +561,7 @@ void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_row
                   : config == kWgmmaM64N256Cluster ? wgmma_path::Tile::kM64N256Cluster
                   : config == kWgmmaM128N256Cluster ? wgmma_path::Tile::kM128N256Cluster
                   : config == kWgmmaM64Fold2    ? wgmma_path::Tile::kM64N128FoldTwoPerSm
+                  : config == kWgmmaM64Fold1    ? wgmma_path::Tile::kM64N128Fold
                                                 : wgmma_path::Tile::kM64N128Cluster,
                   stream);
 }
@@ -602,7 +610,8 @@ void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, Ou
 int config_rows(int config) {
   return config == kM16N32 || config == kM16N32K256 || config == kM16N32S4       ? 16
          : config == kM64N64 || config == kM64N64K128 || config == kWgmmaM64Cluster ||
-                   config == kWgmmaM64Cluster2 || config == kWgmmaM64N256Cluster || config == kWgmmaM64Fold2
+                   config == kWgmmaM64Cluster2 || config == kWgmmaM64N256Cluster || config == kWgmmaM64Fold2 ||
+                   config == kWgmmaM64Fold1
                ? 64
                                                                                    : 128;
 }

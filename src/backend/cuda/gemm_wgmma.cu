@@ -86,6 +86,9 @@ using CfgM128N256Cluster = Config<2, 256, Mode::kCluster>;
 // pipeline fill and epilogue are paid once per tile instead of once per slice; two CTAs per SM
 // overlap one's fill with the other's stream.
 using CfgM64N128FoldTwoPerSm = Config<1, 128, Mode::kFold, 100>;
+// Dense, about one wave of 64 x 128 tiles over a deep K (256 rows of 4096-wide weights): the same
+// fold at one CTA per SM, 8 stages of 24 KB in flight (no register cap, no spills).
+using CfgM64N128Fold = Config<1, 128, Mode::kFold, 200>;
 
 struct Params {
   const int* row_offsets;  // grouped: [G + 1]
@@ -489,6 +492,7 @@ void run(const Problem& pr, Tile tile, cudaStream_t stream) {
     case Tile::kM64N256Cluster: run_config<CfgM64N256Cluster>(pr, stream); break;
     case Tile::kM128N256Cluster: run_config<CfgM128N256Cluster>(pr, stream); break;
     case Tile::kM64N128FoldTwoPerSm: run_config<CfgM64N128FoldTwoPerSm>(pr, stream); break;
+    case Tile::kM64N128Fold: run_config<CfgM64N128Fold>(pr, stream); break;
   }
 }
 

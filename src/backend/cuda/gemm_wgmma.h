@@ -42,6 +42,7 @@ enum class Tile {
   kM64N256Cluster,   // 64 x 256, cluster slices, one m64n256 wgmma per k16 step (half the x re-reads)
   kM128N256Cluster,  // 128 x 256, cluster slices (large M with few slices: S CTAs share a tile's K)
   kM64N128FoldTwoPerSm,  // 64 x 128, one CTA runs every slice (register fold), two CTAs per SM (experts at decode)
+  kM64N128Fold,          // the same at one CTA per SM, 8 stages (dense, about one wave of tiles, deep K)
 };
 // Asynchronous on `stream`; grouped calls launch max_rows / BM + G row-tile slots.
 void run(const Problem& problem, Tile tile, cudaStream_t stream);
