@@ -183,6 +183,73 @@ struct Params {
   int m_tiles, n_tiles;
 };
 
+// k-tile t of a CTA's slice -> the stage at shared address `st`: A rows, W rows and their scales, by
+// cp.async. Out-of-range entries are zero-filled; rows past the end stay zero once every stage has
+// been filled (t >= kStages), so they are not rewritten. Used by the tile kernels and the decode
+// kernel alike (C: a TileConfig or DecodeCfg, L: its stage layout).
+template <class C, class L, bool kFp4>
+__device__ __forceinline__ void load_stage(const Params& p, const uint8_t* w, const float* sw, int tid, int t,
+                                           uint32_t st, int chunk_begin, int row_begin, int row_end, int n_begin) {
+  constexpr int BM = C::BM, BN = C::BN, kChunks = C::kChunks, kBlocks = C::kBlocks, kVecsA = C::kVecsA;
+  constexpr int kVecsB = L::kVecsB, kStages = C::kStages, kThreads = C::kThreads;
+  const int N = p.N, K = p.K, KB = p.KB, KC = p.KC;
+  const uint8_t* a = p.a;
+  const float* sa = p.sa;
+  const int c0 = chunk_begin + t * kChunks;  // global chunk index of the tile's first chunk
+  const int k0 = c0 * kChunkK, kb0 = c0 / 4;
+#pragma unroll
+  for (int j = 0; j < BM * kVecsA / kThreads; ++j) {
+    const int i = tid + j * kThreads;
+    const int r = i / kVecsA, v = i % kVecsA, m = row_begin + r, k = k0 + v * 16;
+    if (m >= row_end) {  // rows past the end: zeros by plain stores, once per stage (no memory request)
+      if (t < kStages) st_shared_zero16(st + tile_offset<kVecsA>(r, v));
+      continue;
+    }
+    const bool ok = k < K;
+    cp_async_16(st + tile_offset<kVecsA>(r, v), ok ? a + static_cast<size_t>(m) * K + k : a, ok ? 16 : 0);
+  }
+#pragma unroll
+  for (int j = 0; j < BN * kVecsB / kThreads; ++j) {
+    const int i = tid + j * kThreads;
+    const int r = i / kVecsB, v = i % kVecsB, n = n_begin + r;
+    if (n >= N && t >= kStages) continue;
+    if constexpr (kFp4) {
+      const int k = k0 + v * 32;  // a vector holds 32 packed codes
+      const bool ok = n < N && k < K;
+      cp_async_16(st + L::kBOffset + tile_offset<kVecsB>(r, v),
+                  ok ? w + static_cast<size_t>(n) * (K / 2) + k / 2 : w, ok ? 16 : 0);
+    } else {
+      const int k = k0 + v * 16;
+      const bool ok = n < N && k < K;
+      cp_async_16(st + L::kBOffset + tile_offset<kVecsB>(r, v), ok ? w + static_cast<size_t>(n) * K + k : w,
+                  ok ? 16 : 0);
+    }
+  }
+  for (int i = tid; i < BM * kBlocks; i += kThreads) {
+    const int r = i / kBlocks, b = i % kBlocks, m = row_begin + r, kb = kb0 + b;
+    if (m >= row_end && t >= kStages) continue;
+    const bool ok = m < row_end && kb < KB;
+    cp_async_4(st + L::kSaOffset + i * 4, ok ? sa + static_cast<size_t>(m) * KB + kb : sa, ok ? 4 : 0);
+  }
+  if constexpr (kFp4) {
+    const auto load_sw = [&](int i) {  // one scale per weight row and chunk
+      const int r = i / kChunks, c = i % kChunks, n = n_begin + r, kc = c0 + c;
+      const bool ok = n < N && kc < KC;
+      cp_async_4(st + L::kSwOffset + i * 4, ok ? sw + static_cast<size_t>(n) * KC + kc : sw, ok ? 4 : 0);
+    };
+    static_assert((BN * kChunks) % kThreads == 0, "even weight-scale loads");
+#pragma unroll
+    for (int j = 0; j < BN * kChunks / kThreads; ++j) load_sw(tid + j * kThreads);
+  } else {
+    if (tid < kBlocks) {  // one scale per 128-row weight block (a column tile lies inside one)
+      const int kb = kb0 + tid;
+      const bool ok = kb < KB;
+      cp_async_4(st + L::kSwOffset + tid * 4, ok ? sw + static_cast<size_t>(n_begin / kBlockK) * KB + kb : sw,
+                 ok ? 4 : 0);
+    }
+  }
+}
+
 template <class Cfg, bool kFp4, class OutT, bool kGrouped>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kernel(const Params p) {
   pdl_prologue();
@@ -222,9 +289,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kerne
     sw = p.sw;
   }
   const int n_begin = n_tile * BN;
-  const int N = p.N, K = p.K, KB = p.KB, KC = p.KC;
-  const uint8_t* a = p.a;
-  const float* sa = p.sa;
+  const int N = p.N;
 
   const int chunk_begin = slice * p.slice_chunks;
   const int chunk_end = min(chunk_begin + p.slice_chunks, p.num_chunks);
@@ -232,60 +297,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kerne
 
   const uint32_t smem_base = shared_address(smem);
 
-  // k-tile t -> stage: A rows, W rows, their scales. Out-of-range entries are zero-filled; rows past
-  // the end stay zero once every stage has been filled (t >= kStages), so they are not rewritten.
   auto load_tile = [&](int t, int stage) {
-    const int c0 = chunk_begin + t * kChunks;  // global chunk index of the tile's first chunk
-    const int k0 = c0 * kChunkK, kb0 = c0 / 4;
-    const uint32_t st = smem_base + static_cast<uint32_t>(stage * L::kStageBytes);
-#pragma unroll
-    for (int j = 0; j < BM * kVecsA / kThreads; ++j) {
-      const int i = tid + j * kThreads;
-      const int r = i / kVecsA, v = i % kVecsA, m = row_begin + r, k = k0 + v * 16;
-      if (m >= row_end) {  // rows past the end: zeros by plain stores, once per stage (no memory request)
-        if (t < kStages) st_shared_zero16(st + tile_offset<kVecsA>(r, v));
-        continue;
-      }
-      const bool ok = k < K;
-      cp_async_16(st + tile_offset<kVecsA>(r, v), ok ? a + static_cast<size_t>(m) * K + k : a, ok ? 16 : 0);
-    }
-#pragma unroll
-    for (int j = 0; j < BN * kVecsB / kThreads; ++j) {
-      const int i = tid + j * kThreads;
-      const int r = i / kVecsB, v = i % kVecsB, n = n_begin + r;
-      if (n >= N && t >= kStages) continue;
-      if constexpr (kFp4) {
-        const int k = k0 + v * 32;  // a vector holds 32 packed codes
-        const bool ok = n < N && k < K;
-        cp_async_16(st + L::kBOffset + tile_offset<kVecsB>(r, v),
-                    ok ? w + static_cast<size_t>(n) * (K / 2) + k / 2 : w, ok ? 16 : 0);
-      } else {
-        const int k = k0 + v * 16;
-        const bool ok = n < N && k < K;
-        cp_async_16(st + L::kBOffset + tile_offset<kVecsB>(r, v), ok ? w + static_cast<size_t>(n) * K + k : w,
-                    ok ? 16 : 0);
-      }
-    }
-    for (int i = tid; i < BM * kBlocks; i += kThreads) {
-      const int r = i / kBlocks, b = i % kBlocks, m = row_begin + r, kb = kb0 + b;
-      if (m >= row_end && t >= kStages) continue;
-      const bool ok = m < row_end && kb < KB;
-      cp_async_4(st + L::kSaOffset + i * 4, ok ? sa + static_cast<size_t>(m) * KB + kb : sa, ok ? 4 : 0);
-    }
-    if constexpr (kFp4) {
-      for (int i = tid; i < BN * kChunks; i += kThreads) {
-        const int r = i / kChunks, c = i % kChunks, n = n_begin + r, kc = c0 + c;
-        const bool ok = n < N && kc < KC;
-        cp_async_4(st + L::kSwOffset + i * 4, ok ? sw + static_cast<size_t>(n) * KC + kc : sw, ok ? 4 : 0);
-      }
-    } else {
-      if (tid < kBlocks) {
-        const int kb = kb0 + tid;
-        const bool ok = kb < KB;
-        cp_async_4(st + L::kSwOffset + tid * 4, ok ? sw + static_cast<size_t>(n_begin / kBlockK) * KB + kb : sw,
-                   ok ? 4 : 0);
-      }
-    }
+    load_stage<Cfg, L, kFp4>(p, w, sw, tid, t, smem_base + static_cast<uint32_t>(stage * L::kStageBytes), chunk_begin,
+                           row_begin, row_end, n_begin);
   };
 
   float acc[kMmaM][kMmaN][4];  // this slice's running sum of scaled block (chunk) products
@@ -527,9 +541,7 @@ __global__ void __launch_bounds__(DecodeCfg::kThreads, 2) fp8_decode_kernel(cons
   }
   const int rows = row_end - row_begin;
   const int n_begin = n_tile * BN;
-  const int N = p.N, K = p.K, KB = p.KB, KC = p.KC;
-  const uint8_t* a = p.a;
-  const float* sa = p.sa;
+  const int N = p.N;
 
   const int chunk_begin = slice * p.slice_chunks;
   const int chunk_end = min(chunk_begin + p.slice_chunks, p.num_chunks);
@@ -537,59 +549,8 @@ __global__ void __launch_bounds__(DecodeCfg::kThreads, 2) fp8_decode_kernel(cons
   const uint32_t smem_base = shared_address(smem);
 
   auto load_tile = [&](int t, int stage) {
-    const int c0 = chunk_begin + t * kChunks;
-    const int k0 = c0 * kChunkK, kb0 = c0 / 4;
-    const uint32_t st = smem_base + static_cast<uint32_t>(stage * L::kStageBytes);
-#pragma unroll
-    for (int j = 0; j < BM * kVecsA / kThreads; ++j) {
-      const int i = tid + j * kThreads;
-      const int r = i / kVecsA, v = i % kVecsA, m = row_begin + r, k = k0 + v * 16;
-      if (m >= row_end) {  // rows past the end: zeros by plain stores, once per stage (no memory request)
-        if (t < kStages) st_shared_zero16(st + tile_offset<kVecsA>(r, v));
-        continue;
-      }
-      const bool ok = k < K;
-      cp_async_16(st + tile_offset<kVecsA>(r, v), ok ? a + static_cast<size_t>(m) * K + k : a, ok ? 16 : 0);
-    }
-#pragma unroll
-    for (int j = 0; j < BN * kVecsB / kThreads; ++j) {
-      const int i = tid + j * kThreads;
-      const int r = i / kVecsB, v = i % kVecsB, n = n_begin + r;
-      if (n >= N && t >= kStages) continue;
-      if constexpr (kFp4) {
-        const int k = k0 + v * 32;
-        const bool ok = n < N && k < K;
-        cp_async_16(st + L::kBOffset + tile_offset<kVecsB>(r, v),
-                    ok ? w + static_cast<size_t>(n) * (K / 2) + k / 2 : w, ok ? 16 : 0);
-      } else {
-        const int k = k0 + v * 16;
-        const bool ok = n < N && k < K;
-        cp_async_16(st + L::kBOffset + tile_offset<kVecsB>(r, v), ok ? w + static_cast<size_t>(n) * K + k : w,
-                    ok ? 16 : 0);
-      }
-    }
-    for (int i = tid; i < BM * kBlocks; i += kThreads) {
-      const int r = i / kBlocks, b = i % kBlocks, m = row_begin + r, kb = kb0 + b;
-      if (m >= row_end && t >= kStages) continue;
-      const bool ok = m < row_end && kb < KB;
-      cp_async_4(st + L::kSaOffset + i * 4, ok ? sa + static_cast<size_t>(m) * KB + kb : sa, ok ? 4 : 0);
-    }
-    if constexpr (kFp4) {
-#pragma unroll
-      for (int j = 0; j < BN * kChunks / kThreads; ++j) {
-        const int i = tid + j * kThreads;
-        const int r = i / kChunks, c = i % kChunks, n = n_begin + r, kc = c0 + c;
-        const bool ok = n < N && kc < KC;
-        cp_async_4(st + L::kSwOffset + i * 4, ok ? sw + static_cast<size_t>(n) * KC + kc : sw, ok ? 4 : 0);
-      }
-    } else {
-      if (tid < kBlocks) {
-        const int kb = kb0 + tid;
-        const bool ok = kb < KB;
-        cp_async_4(st + L::kSwOffset + tid * 4, ok ? sw + static_cast<size_t>(n_begin / kBlockK) * KB + kb : sw,
-                   ok ? 4 : 0);
-      }
-    }
+    load_stage<C, L, kFp4>(p, w, sw, tid, t, smem_base + static_cast<uint32_t>(stage * L::kStageBytes), chunk_begin,
+                           row_begin, row_end, n_begin);
   };
 
   float* const terms = reinterpret_cast<float*>(smem + L::kTermOffset);
