@@ -489,10 +489,10 @@ int choose_config(int rows, long long total_rows, int groups, int N, const Slice
     // tile fills the GPU (8192x1024 at 384 rows: 64x128 two-CTA 19.9, 128x128 26.9).
     if (!grouped && k <= 1024) return kWgmmaM64Cluster2;
     // Up to 256 rows making about one wave of 64 x 128 tiles over a deep K (N = 4096 at 193-256
-    // rows): the one-CTA/SM 64 x 128 fold, 8 stages in flight, every slice in one CTA. 4096x4096 at
-    // 256 rows 28.6 us (H100: 29.2) against 37.2 (40.5) on the 128 x 128 cluster tile, 4096x8192
-    // 50.4 (52.0) against 55.7 (61.4). Not with fewer tiles (1024x4096 at 256 rows 27.0 vs 14.4) or
-    // a shallower K (4096x2048 17.5 vs 15.0).
+    // rows): the one-CTA/SM 64 x 128 fold, 8 stages in flight, every slice in one CTA. H200 (H100 in
+    // brackets): 4096x4096 at 256 rows 28.6 us (29.2) against 37.2 (40.5) on the 128 x 128 cluster
+    // tile, 4096x8192 50.4 (52.0) against 55.7 (61.4). Not with fewer tiles (1024x4096 at 256 rows
+    // 27.0 vs 14.4) or a shallower K (4096x2048 17.5 vs 15.0).
     if (!grouped && k >= 4096 && total_rows <= 256 && tiles(64, 128) * 4 >= sms * 3 && tiles(64, 128) <= sms)
       return kWgmmaM64Fold1;
     // From about half a wave of 128 x 128 tiles: the 128 x 128 fold (4096x4096 at 384 rows 38.3,
