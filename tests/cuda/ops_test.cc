@@ -516,6 +516,33 @@ TEST(CudaOps, HcPreMatchesCpuBackend) {
   }
 }
 
+// The dots run on the tensor cores as 3xTF32: they must keep fp32's accuracy, not TF32's. post is
+// 2 sigmoid(mix scale + base), checked against the mixes in double: a 3xTF32 dot is off by ~1e-7
+// here, a plain TF32 one by ~5e-4.
+TEST(CudaOps, HcPreMixesKeepFp32Accuracy) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int hc = 4, D = 4096, W = hc * D, nmix = (2 + hc) * hc;
+  for (int M : {5, 40, 600}) {  // one, two and four m16 tiles a warp
+    const HcData d = make_hc_data(M, hc, D, nmix, 70 + M);
+    const HcOut got = run_hc_pre(d, M, 20);
+    std::vector<float> want(static_cast<size_t>(M) * hc);
+    for (int m = 0; m < M; ++m) {
+      const float* x = d.X.data() + static_cast<size_t>(m) * W;
+      double ss = 0.0;
+      for (int i = 0; i < W; ++i) ss += static_cast<double>(x[i]) * x[i];
+      const double r = 1.0 / std::sqrt(ss / W + 1e-6);
+      for (int j = 0; j < hc; ++j) {
+        const float* f = d.w.fn.data.data() + static_cast<size_t>(hc + j) * W;
+        double dot = 0.0;
+        for (int i = 0; i < W; ++i) dot += static_cast<double>(f[i]) * x[i];
+        const double z = dot * r * d.w.scale[1] + d.w.base[hc + j];
+        want[static_cast<size_t>(m) * hc + j] = static_cast<float>(2.0 / (1.0 + std::exp(-z)));
+      }
+    }
+    expect_near(got.post, want, 0.0f, 2e-6f, "hc_pre post against double, M " + std::to_string(M));
+  }
+}
+
 TEST(CudaOps, HcPreIsBatchInvariantAndPathInvariant) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const int M = 257, hc = 4, D = 4096, W = hc * D;

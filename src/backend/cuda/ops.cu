@@ -335,27 +335,33 @@ __global__ void __launch_bounds__(kRopeThreads)
 // mHC pre-mix and head collapse: two kernels.
 //
 // hc_dots: the kMix dot products fn_j . x and the sum of squares x . x of every token's hc * D
-// values (the expensive part: fn is 1.5 MB fp32 for hc 4, D 4096). The row is cut into `splits`
-// fixed chunk ranges (from hc and D only: hc_splits); CTA (tile, s) stages range s of every fn row
-// in shared memory and its 8 warps apply it to kTokW tokens each, tile after tile (a prefill CTA
-// reads each fn value of its range once from L2 for all its tiles, and a single decode token still
-// has `splits` CTAs streaming fn in parallel). Lane l of a warp takes chunks l, l + 32, ... of the range in increasing order for
-// each of its tokens, the lanes meet in an xor butterfly (warp_sum_halving: the same additions for
-// any number of values), and the partial goes to part[token][s][v].
+// values (fn is 1.5 MB fp32 for hc 4, D 4096), on the tensor cores: mma.sync m16n8k8 TF32 with
+// three products per step (3xTF32: x = xb + xs, fn = fb + fs, each part rounded to TF32; xs fb,
+// xb fs, xb fb accumulated in that order in fp32), so the dots keep about fp32's accuracy (the
+// omitted xs fs term is ~2^-22 of a product) at a fraction of the FMA pipe's issue slots (the
+// fp32 kernel before it was issue- and latency-bound at 14 us a batch-256 call).
+// The row's chunks (4 floats) are cut into Sw = 8 S fixed warp ranges (S = hc_splits, from hc and D
+// only). Warp w of CTA (tile, s) takes range 8 s + w for the tile's 16 kMT tokens: each step, lane
+// (g, t) = (lane / 4, lane % 4) loads chunk c0 + 4 step + t of token rows g, g + 8 of each m16 tile
+// and of fn rows g + 8 nt; the chunk's (x, y) feed one k8 mma as k slots t and t + 4, (z, w) the
+// next (which k a slot holds is free as long as x and fn agree). The sum of squares is each lane's
+// fmaf chain over its chunks, then the lanes t = 0..3 of the row in an xor butterfly. The CTA adds
+// its 8 warps' partials in warp order and writes part[token][s][v].
 // hc_finish: one CTA per token adds its partials over s in increasing order, forms mixes, pre, post
 // and comb (warp 0's Sinkhorn overlaps the other warps' collapse) and collapses the streams.
-// A token's bits therefore depend on hc and D only, never on M or on the token's tile.
+// A token's bits depend on hc and D only, never on M, on kMT or on the token's row in its tile:
+// an mma's output row is a function of that row of A (and B) alone.
 
 constexpr int kHcThreads = 256;
-constexpr int kHcWarps = kHcThreads / 32;
-constexpr int kHcMinSplits = 32;               // CTAs streaming fn for a single token
-constexpr size_t kHcStageBytes = 96 * 1024;    // fn range staged per CTA, at most
+constexpr int kHcWarps = kHcThreads / 32;  // warp ranges a CTA adds up (hc_dots)
+constexpr int kHcWarpChunks = 16;          // chunks a warp range covers, about
+constexpr int kHcMaxSplits = 32;
 
-// Number of chunk ranges of a row of hc * D values (a function of hc and D only).
-int hc_splits(int hc, int D, int mixes) {
-  const long long chunks = ceil_div(hc * D, 4);
-  const long long by_smem = (static_cast<long long>(mixes) * chunks * 16 + kHcStageBytes - 1) / kHcStageBytes;
-  return static_cast<int>(std::min<long long>(chunks, std::max<long long>(kHcMinSplits, by_smem)));
+// Number of CTA ranges S of a row of hc * D values (a function of hc and D only): 32 for hc 4,
+// D 4096 (256 warp ranges of 16 chunks, enough CTAs to stream fn for a single decode token).
+int hc_splits(int hc, int D) {
+  const int chunks = ceil_div(hc * D, 4);
+  return std::clamp(ceil_div(chunks, kHcWarps * kHcWarpChunks), 1, kHcMaxSplits);
 }
 
 struct HcArgs {
@@ -450,82 +456,183 @@ __device__ void sinkhorn_warp(const float* mix, const float* base, float scale, 
     if (lane + 32 * s < kElems) comb_out[lane + 32 * s] = c[s];
 }
 
-template <int HC, int kMix, int kTokW, bool kHead>
+__device__ __forceinline__ uint32_t tf32_bits(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  return r;
+}
+// v = big + small, both TF32 (big = v rounded to TF32; small = the remainder rounded to TF32).
+__device__ __forceinline__ void tf32_split(float v, uint32_t& big, uint32_t& small) {
+  big = tf32_bits(v);
+  small = tf32_bits(v - __uint_as_float(big));
+}
+// d[16 x 8] += A[16 x 8] B[8 x 8], TF32 in, fp32 accumulate. Lane (g, t): a = {(g, t), (g + 8, t),
+// (g, t + 4), (g + 8, t + 4)}, b = {(t, g), (t + 4, g)} (k, n), d = {(g, 2t), (g, 2t + 1), (g + 8, 2t),
+// (g + 8, 2t + 1)}.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16-byte slots a lane fills per step: chunk c of its 2 kMT token rows, then of its kNT fn rows.
+template <int kMT, int kNT>
+constexpr int kHcSlots = 2 * kMT + kNT;
+constexpr int kHcBatchSteps = 4;  // steps whose loads are all in flight at once (V4: a warp's whole range)
+
+template <int kMT, int kNT>
+constexpr size_t hc_dots_smem_bytes(int kVals) {
+  const size_t stage = static_cast<size_t>(kHcWarps) * kHcBatchSteps * kHcSlots<kMT, kNT> * 32 * 16;
+  const size_t reduce = static_cast<size_t>(kHcWarps) * 16 * kMT * kVals * sizeof(float);
+  return stage > reduce ? stage : reduce;
+}
+
+template <int HC, int kMix, int kMT, bool kHead>
 __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
-  pdl_prologue();
   constexpr int kVals = kMix + 1;  // per token: kMix dot products, then the sum of squares
-  constexpr int kPadded = (kTokW * kVals + 31) / 32 * 32;
-  extern __shared__ float4 fn_s[];  // [kMix][span]
+  constexpr int kNT = (kMix + 7) / 8;
+  constexpr int kRows = 16 * kMT;
+  constexpr int kSlots = kHcSlots<kMT, kNT>;
+  // [kHcWarps][kHcBatchSteps][kSlots][32] float4: each lane's own loads (it alone writes and reads
+  // its slots, so cp.async.wait_group is all the synchronisation a batch needs); afterwards the
+  // same memory holds the reduction [kHcWarps][kRows][kVals] floats.
+  extern __shared__ float4 stage_s[];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
   const int W = HC * a.D;
-  const long long chunks = ceil_div(W, 4);
+  const int chunks = ceil_div(W, 4);
   const int s = static_cast<int>(blockIdx.y);
-  const int c0 = static_cast<int>(chunks * s / a.splits), c1 = static_cast<int>(chunks * (s + 1) / a.splits);
-  const int span = c1 - c0;
-  if (a.vec) {
-    // Asynchronous copies: every 16-byte piece of the slice is in flight at once (a load-then-store
-    // loop waits for each load in turn, and the staging dominated the kernel).
-    const uint32_t fn_s_addr = gemm_common::shared_address(fn_s);
-    for (int i = tid; i < kMix * span; i += kHcThreads) {
-      const int j = i / span, c = i % span;
-      gemm_common::cp_async_16(fn_s_addr + 16u * static_cast<uint32_t>(i),
-                               a.fn + static_cast<size_t>(j) * W + 4 * static_cast<size_t>(c0 + c), 16);
+  const int ranges = a.splits * kHcWarps, range = s * kHcWarps + warp;
+  const int c0 = static_cast<int>(static_cast<long long>(chunks) * range / ranges);
+  const int c1 = static_cast<int>(static_cast<long long>(chunks) * (range + 1) / ranges);
+  const int steps = ceil_div(c1 - c0, 4);
+  const int tok0 = static_cast<int>(blockIdx.x) * kRows;
+  float4* const my_slots = stage_s + static_cast<size_t>(warp) * kHcBatchSteps * kSlots * 32 + lane;
+  const auto slot = [&](int step_in_batch, int k) -> float4& { return my_slots[(step_in_batch * kSlots + k) * 32]; };
+  // Slot k of a step <- chunk c of `row` (zeros past the range, for absent rows and past W).
+  const auto fill = [&](int step_in_batch, int k, const float* row, int c) {
+    const bool real = row != nullptr && c < c1;
+    if (a.vec) {
+      gemm_common::cp_async_16(gemm_common::shared_address(&slot(step_in_batch, k)), real ? row + 4 * c : a.fn,
+                               real ? 16 : 0);
+    } else {
+      slot(step_in_batch, k) = real ? load4(row, c, W, false) : float4{};
     }
+  };
+
+  const float* fn_row[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) fn_row[nt] = 8 * nt + g < kMix ? a.fn + static_cast<size_t>(8 * nt + g) * W : nullptr;
+  const auto fill_fn = [&](int b0) {
+    for (int i = 0; i < kHcBatchSteps && b0 + i < steps; ++i)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) fill(i, 2 * kMT + nt, fn_row[nt], c0 + 4 * (b0 + i) + t);
+  };
+  // fn is a weight (no kernel writes it): the first batch's fn loads go out before the PDL wait.
+  fill_fn(0);
+  pdl_prologue();
+
+  // Token rows of this lane (rows past M read as zeros and are never stored).
+  const float* x_row[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = tok0 + 16 * mt + 8 * h + g;
+      x_row[mt][h] = m < a.M ? a.X + static_cast<size_t>(kHead ? a.rows[m] : m) * W : nullptr;
+    }
+
+  float acc[kMT][kNT][4];
+  float ssq[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    ssq[mt][0] = ssq[mt][1] = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  }
+  for (int b0 = 0; b0 < steps; b0 += kHcBatchSteps) {
+    if (b0 > 0) fill_fn(b0);
+    for (int i = 0; i < kHcBatchSteps && b0 + i < steps; ++i)
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) fill(i, 2 * mt + h, x_row[mt][h], c0 + 4 * (b0 + i) + t);
     gemm_common::cp_async_commit();
     gemm_common::cp_async_wait<0>();
-  } else {
-    for (int i = tid; i < kMix * span; i += kHcThreads) {
-      const int j = i / span, c = i % span;
-      fn_s[i] = load4(a.fn + static_cast<size_t>(j) * W, c0 + c, W, a.vec);
+    for (int i = 0; i < kHcBatchSteps && b0 + i < steps; ++i) {
+      float4 x[kMT][2], f[kNT];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) x[mt][h] = slot(i, 2 * mt + h);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) f[nt] = slot(i, 2 * kMT + nt);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ssq[mt][h] = dot4(x[mt][h], x[mt][h], ssq[mt][h]);
+      // Two k8 steps: the chunk's (x, y), then its (z, w).
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        uint32_t fb[kNT][2], fs[kNT][2];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          tf32_split(half == 0 ? f[nt].x : f[nt].z, fb[nt][0], fs[nt][0]);
+          tf32_split(half == 0 ? f[nt].y : f[nt].w, fb[nt][1], fs[nt][1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          uint32_t xb[4], xs[4];
+          tf32_split(half == 0 ? x[mt][0].x : x[mt][0].z, xb[0], xs[0]);
+          tf32_split(half == 0 ? x[mt][1].x : x[mt][1].z, xb[1], xs[1]);
+          tf32_split(half == 0 ? x[mt][0].y : x[mt][0].w, xb[2], xs[2]);
+          tf32_split(half == 0 ? x[mt][1].y : x[mt][1].w, xb[3], xs[3]);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            mma_tf32(acc[mt][nt], xs, fb[nt][0], fb[nt][1]);
+            mma_tf32(acc[mt][nt], xb, fs[nt][0], fs[nt][1]);
+            mma_tf32(acc[mt][nt], xb, fb[nt][0], fb[nt][1]);
+          }
+        }
+      }
     }
   }
+
+  // This warp's partials -> red[warp] (over the staging slots: every warp must be done reading
+  // them); then the CTA's sum over its warps in warp order.
   __syncthreads();
-  // Token tiles blockIdx.x, + gridDim.x, ...: the staged range serves every tile of this CTA.
-  for (int tile = static_cast<int>(blockIdx.x); tile * kHcWarps * kTokW < a.M; tile += static_cast<int>(gridDim.x)) {
-    const int tok0 = (tile * kHcWarps + warp) * kTokW;
-    if (tok0 >= a.M) break;
-    const int ntok = min(kTokW, a.M - tok0);
-    // Tokens past M alias the warp's first token; their results are never stored.
-    const float* xrow[kTokW];
+  float* const red = reinterpret_cast<float*>(stage_s);
+  float* const mine = red + static_cast<size_t>(warp) * kRows * kVals;
 #pragma unroll
-    for (int tk = 0; tk < kTokW; ++tk) {
-      const int m = tok0 + (tk < ntok ? tk : 0);
-      const int r = kHead ? a.rows[m] : m;
-      xrow[tk] = a.X + static_cast<size_t>(r) * W;
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float v = ssq[mt][h];
+      v += __shfl_xor_sync(kFullMask, v, 1);
+      v += __shfl_xor_sync(kFullMask, v, 2);
+      if (t == 0) mine[(16 * mt + 8 * h + g) * kVals + kMix] = v;
     }
-    float acc[kPadded];
 #pragma unroll
-    for (int v = 0; v < kPadded; ++v) acc[v] = 0.0f;
-    // The next chunk's x is requested before this chunk's math (one CTA per SM fits the registers,
-    // so each lane keeps two chunks of loads in flight); the arithmetic order is unchanged.
-    float4 next[kTokW];
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-    for (int tk = 0; tk < kTokW; ++tk) next[tk] = lane < span ? load4(xrow[tk], c0 + lane, W, a.vec) : float4{};
-    for (int c = lane; c < span; c += 32) {
-      float4 xv[kTokW];
-#pragma unroll
-      for (int tk = 0; tk < kTokW; ++tk) {
-        xv[tk] = next[tk];
-        if (c + 32 < span) next[tk] = load4(xrow[tk], c0 + c + 32, W, a.vec);
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t + e % 2;
+        if (col < kMix) mine[row * kVals + col] = acc[mt][nt][e];
       }
+  }
+  __syncthreads();
+  for (int i = tid; i < kRows * kVals; i += kHcThreads) {
+    const int m = tok0 + i / kVals;
+    if (m >= a.M) continue;
+    float sum = red[i];
 #pragma unroll
-      for (int tk = 0; tk < kTokW; ++tk) acc[tk * kVals + kMix] = dot4(xv[tk], xv[tk], acc[tk * kVals + kMix]);
-#pragma unroll
-      for (int j = 0; j < kMix; ++j) {
-        const float4 f = fn_s[j * span + c];
-#pragma unroll
-        for (int tk = 0; tk < kTokW; ++tk) acc[tk * kVals + j] = dot4(f, xv[tk], acc[tk * kVals + j]);
-      }
-    }
-    warp_sum_halving(acc);
-#pragma unroll
-    for (int i = 0; i < kPadded / 32; ++i) {
-      const int v = lane * (kPadded / 32) + i;
-      const int tk = v / kVals;
-      if (v < kTokW * kVals && tk < ntok)
-        a.part[(static_cast<size_t>(tok0 + tk) * a.splits + s) * kVals + v % kVals] = acc[i];
-    }
-  }  // token tiles
+    for (int w = 1; w < kHcWarps; ++w) sum += red[static_cast<size_t>(w) * kRows * kVals + i];
+    a.part[(static_cast<size_t>(m) * a.splits + s) * kVals + i % kVals] = sum;
+  }
 }
 
 template <int HC, int kMix, bool kHead>
@@ -965,37 +1072,35 @@ unsigned cast_grid(size_t n) {
   return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(blocks, 1), 8192));
 }
 
-template <int HC, int kMix, int kTokW, bool kHead>
+template <int HC, int kMix, int kMT, bool kHead>
 void launch_hc_dots(const HcArgs& a, cudaStream_t stream) {
-  const int span = ceil_div(ceil_div(HC * a.D, 4), a.splits);
-  const size_t smem = static_cast<size_t>(kMix) * span * sizeof(float4);
-  static bool configured = false;  // per instantiation; the attribute covers kHcStageBytes
+  const size_t smem = hc_dots_smem_bytes<kMT, (kMix + 7) / 8>(kMix + 1);
+  static bool configured = false;  // per instantiation (its shared memory is fixed)
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(hc_dots_kernel<HC, kMix, kTokW, kHead>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kHcStageBytes + 4096)));
+    CUDA_CHECK(cudaFuncSetAttribute(hc_dots_kernel<HC, kMix, kMT, kHead>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
     configured = true;
   }
-  // Prefill: each CTA stages its fn range once for several token tiles (staging it per 32-token tile
-  // cost as much L2 traffic as the tokens' own HBM reads); about 4 resident CTAs per SM in all.
-  const int tiles = ceil_div(a.M, kHcWarps * kTokW);
-  const int tile_ctas = std::max(1, ceil_div(4 * gemm_common::sm_count(), a.splits));
-  const dim3 grid(static_cast<unsigned>(std::min(tiles, tile_ctas)), static_cast<unsigned>(a.splits));
-  hc_dots_kernel<HC, kMix, kTokW, kHead><<<grid, kHcThreads, smem, stream>>>(a);
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.M, 16 * kMT)), static_cast<unsigned>(a.splits));
+  hc_dots_kernel<HC, kMix, kMT, kHead><<<grid, kHcThreads, smem, stream>>>(a);
 }
 
 // Runs hc_dots then hc_finish for kMix mixes (hc_pre: (2 + hc) hc; hc_head: hc).
 template <int HC, int kMix, bool kHead>
 void launch_hc(HcArgs a, cudaStream_t stream) {
-  // Accumulators per lane: kTokW * (kMix + 1), padded to 32; at most ~128 keeps them in registers.
-  constexpr int kTokW = 4 * (kMix + 1) <= 128 ? 4 : (2 * (kMix + 1) <= 128 ? 2 : 1);
-  // Fewer tokens than warps (a batch-1 decode step): one token a warp. With kTokW a warp, warp 0
-  // computed kTokW copies of the lone token (the padding aliases it) while the others idled. A
-  // token's additions do not depend on kTokW (its lane chunks and butterfly are the same), so
-  // neither do its bits.
-  if (a.M < kHcWarps)
+  // m16 tiles a warp takes: one for a few tokens (no rows wasted), two for decode batches (fn read
+  // once per 32 tokens, 256 CTAs at batch 256), four for prefill (fn's L2 reads a quarter of x's
+  // HBM reads). More than 3 n8 tiles (hc > 4 in hc_pre) keep one (accumulator registers). The
+  // choice does not change a token's bits (hc_dots' comment).
+  constexpr bool kWide = (kMix + 7) / 8 <= 3;
+  if (!kWide || a.M <= 16)
     launch_hc_dots<HC, kMix, 1, kHead>(a, stream);
-  else
-    launch_hc_dots<HC, kMix, kTokW, kHead>(a, stream);
+  else if constexpr (kWide) {
+    if (a.M <= 512)
+      launch_hc_dots<HC, kMix, 2, kHead>(a, stream);
+    else
+      launch_hc_dots<HC, kMix, 4, kHead>(a, stream);
+  }
   hc_finish_kernel<HC, kMix, kHead><<<static_cast<unsigned>(a.M), kHcThreads, 0, stream>>>(a);
 }
 
@@ -1202,7 +1307,7 @@ void norm_rope(float* x, int M, int heads, int n, const float* weight, float eps
 
 size_t hc_workspace_bytes(int M, int hc, int D, bool head) {
   const int mixes = head ? hc : (2 + hc) * hc;
-  return static_cast<size_t>(std::max(M, 0)) * hc_splits(hc, D, mixes) * (mixes + 1) * sizeof(float);
+  return static_cast<size_t>(std::max(M, 0)) * hc_splits(hc, D) * (mixes + 1) * sizeof(float);
 }
 
 namespace {
@@ -1237,7 +1342,7 @@ void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* 
     constexpr int HC = decltype(hc_constant)::value;
     constexpr int kMix = (2 + HC) * HC;
     HcArgs args{X, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, post, comb, vec,
-                hc_splits(HC, D, kMix), static_cast<float*>(workspace)};
+                hc_splits(HC, D), static_cast<float*>(workspace)};
     const bool fused = fuse_hc_norm(args, norm);
     launch_hc<HC, kMix, false>(args, stream);
     if (!fused) hc_norm_passes(collapsed, M, D, norm, stream);
@@ -1264,7 +1369,7 @@ void hc_head(const float* X, const int* rows, int R, int hc, int D, const float*
   with_hc(hc, [&](auto hc_constant) {
     constexpr int HC = decltype(hc_constant)::value;
     HcArgs args{X, rows, R, D, fn, base, scale, 0, hc_eps, norm_eps, out, nullptr, nullptr, vec,
-                hc_splits(HC, D, HC), static_cast<float*>(workspace)};
+                hc_splits(HC, D), static_cast<float*>(workspace)};
     const bool fused = fuse_hc_norm(args, norm);
     launch_hc<HC, HC, true>(args, stream);
     if (!fused) hc_norm_passes(out, R, D, norm, stream);
