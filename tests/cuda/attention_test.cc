@@ -294,10 +294,10 @@ TEST(SinkAttentionCudaMeta, HiLoBoundRejectsBf16Probabilities) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SinkAttentionCuda,
     ::testing::Values(
-        // DeepSeek-V4 dims; row counts around tile (64) and split (512) boundaries, 2177 = 5 splits.
+        // DeepSeek-V4 dims; row counts around tile (64) and split (640) boundaries, 2177 = 4 splits.
         AttnCase{"real_flat", 64, 512, {640, 0, 2177, 1, 128, 5}, 0.04419417f},
         AttnCase{"real_peaked", 64, 512, {5, 2177, 1, 640, 0, 128}, 0.25f},
-        AttnCase{"real_boundaries", 64, 512, {63, 64, 65, 319, 320, 321, 511, 512, 513}, 0.1f},
+        AttnCase{"real_boundaries", 64, 512, {63, 64, 65, 319, 320, 321, 639, 640, 641}, 0.1f},
         AttnCase{"h1_d64", 1, 64, {3, 64, 65, 0, 200, 1, 700}, 0.125f},
         AttnCase{"h3_d64", 3, 64, {1, 130, 700, 2177}, 0.3f},
         AttnCase{"h3_d128", 3, 128, {64, 1000}, 0.0884f},
@@ -323,7 +323,7 @@ std::vector<int> random_row_counts(int T, int max_rows, unsigned seed) {
   std::uniform_int_distribution<int> dist(0, max_rows);
   std::vector<int> counts(T);
   for (int& c : counts) c = dist(rng);
-  const int forced[] = {0, 1, 64, 65, max_rows, 512, 513};
+  const int forced[] = {0, 1, 64, 65, max_rows, 640, 641};
   for (int i = 0; i < 7 && i < T; ++i) counts[i * 5 % T] = std::min(forced[i], max_rows);
   return counts;
 }

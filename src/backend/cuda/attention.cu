@@ -168,10 +168,12 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
 constexpr int kAttnThreads = 256;
 constexpr int kAttnWarps = kAttnThreads / 32;
 constexpr int kTileRows = 64;             // rows per shared-memory tile (the unit of the online softmax)
-// ~512 rows per split: a CSA layer's decode tokens up to ~1.5k context (window 128 + up to 384
-// compressed rows) stay one split (no partials, no combine kernel), 640-row tokens get 2 splits.
-// (At batch 1 a 6-tile split costs no more than 2 splits of 3 + the combine: H200, HCA at 32k.)
-constexpr int kTargetTilesPerSplit = 8;
+// ~640 rows per split: every CSA token of V4 (window 128 + top-k 512 compressed rows at most) and
+// every HCA token up to ~65k context (128 + n/128 rows) is one split, so it writes no fp32
+// partials and needs no combine kernel. At prefill the partials of the 2-split CSA tokens (64 x
+// 512 fp32 per split) and the combine were ~1 ms of a 4k prompt; at batch 1 a 10-tile split is
+// the same work as 2 of 5 plus the combine, in fewer launches.
+constexpr int kTargetTilesPerSplit = 10;
 constexpr int kMaxSplits = 16;            // long HCA contexts: splits grow up to this, then get longer
 constexpr int kPartialSlots = 512;        // (token, split) partials per launch; bounds the workspace
 
@@ -193,8 +195,8 @@ __host__ __device__ constexpr SplitPlan split_plan(int rows) {
   const int per_split = imax(1, ceil_div(tiles, split_bound(rows)));
   return {imax(1, ceil_div(tiles, per_split)), per_split};
 }
-static_assert(split_plan(0).splits == 1 && split_plan(640).splits == 2 && split_plan(512).splits == 1 &&
-              split_plan(513).splits == 2);
+static_assert(split_plan(0).splits == 1 && split_plan(640).splits == 1 && split_plan(641).splits == 2 &&
+              split_plan(1280).splits == 2 && split_plan(1281).splits == 3);
 
 struct SinkAttentionParams {
   const bf16* q;                // [tokens, H, d], first token of this launch
