@@ -11,6 +11,11 @@
 # PATCH: a file applied with `patch -p1` in the variant's copy; "-FILE" applies it in reverse (the
 # variant without a change the working tree already has). AB_ROUNDS (default 2). AB_GEMM_ARGS:
 # also run `deepinfer_bench_gemm $AB_GEMM_ARGS` once in every tree (e.g. "--configs --ms 256").
+# AB_TESTS: GPU test binaries to run in every tree after the builds, each NAME[:GTEST_FILTER] for
+# build-gpu/deepinfer_cuda_NAME_tests (e.g. "gemm model:CudaModel.* fixture:*Tiny*"; list them in
+# RUN_ALL_TARGETS too when that limits the build) -> OUT_DIR/tests.md (exit code and the lines
+# that carry measurements or failures, per tree); AB_TEST_TIMEOUT seconds each (default 300);
+# AB_TEST_TREES: only in these trees (names, e.g. "all"; default every tree).
 # Example (the working tree has a change, the variant leaves it out):
 #   git diff > .gpuxab/change.patch
 #   tools/gpu/ab.sh out/ab "--batches 1,256 --contexts 1024 --prefill 4096" without=-.gpuxab/change.patch
@@ -46,6 +51,23 @@ done
 for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || { echo "build of ${names[$i]} FAILED"; tail -20 "$raw/build_${names[$i]}.txt"; exit 1; }
 done
+
+if [ -n "${AB_TESTS:-}" ]; then
+  : >"$out/tests.md"
+  for i in "${!names[@]}"; do
+    [[ -z ${AB_TEST_TREES:-} || " $AB_TEST_TREES " == *" ${names[$i]} "* ]] || continue
+    for spec in $AB_TESTS; do
+      t=${spec%%:*}; filter='*'; [ "$spec" != "$t" ] && filter=${spec#*:}
+      echo "== $(date +%H:%M:%S) ${names[$i]}: $t tests ($filter)"
+      log=$raw/test_${names[$i]}_$t.log
+      (cd "${dirs[$i]}" && timeout "${AB_TEST_TIMEOUT:-300}" "build-gpu/deepinfer_cuda_${t}_tests" --gtest_brief=1 \
+        --gtest_filter="$filter") >"$log" 2>&1
+      { echo "### ${names[$i]}: $t ($filter): exit $?"
+        grep -E '^\[  (FAILED|PASSED)|Failure|rel rms|argmax|actual' "$log" | head -40; echo; } >>"$out/tests.md"
+    done
+  done
+  cat "$out/tests.md"
+fi
 
 if [ -n "${AB_GEMM_ARGS:-}" ]; then
   for i in "${!names[@]}"; do
