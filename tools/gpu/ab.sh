@@ -53,17 +53,16 @@ for i in "${!pids[@]}"; do
 done
 
 if [ -n "${AB_TESTS:-}" ]; then
+  # shellcheck source=tools/gpu/gpu_tests.sh
+  . tools/gpu/gpu_tests.sh
   : >"$out/tests.md"
   for i in "${!names[@]}"; do
     [[ -z ${AB_TEST_TREES:-} || " $AB_TEST_TREES " == *" ${names[$i]} "* ]] || continue
     for spec in $AB_TESTS; do
-      t=${spec%%:*}; filter='*'; [ "$spec" != "$t" ] && filter=${spec#*:}
-      echo "== $(date +%H:%M:%S) ${names[$i]}: $t tests ($filter)"
-      log=$raw/test_${names[$i]}_$t.log
-      (cd "${dirs[$i]}" && timeout "${AB_TEST_TIMEOUT:-300}" "build-gpu/deepinfer_cuda_${t}_tests" --gtest_brief=1 \
-        --gtest_filter="$filter") >"$log" 2>&1
-      { echo "### ${names[$i]}: $t ($filter): exit $?"
-        grep -E '^\[  (FAILED|PASSED)|Failure|rel rms|argmax|actual' "$log" | head -40; echo; } >>"$out/tests.md"
+      echo "== $(date +%H:%M:%S) ${names[$i]}: $spec tests"
+      log=$raw/test_${names[$i]}_${spec%%:*}.log
+      (cd "${dirs[$i]}" && gpu_test_run "$spec" "$log" "${AB_TEST_TIMEOUT:-300}")
+      { echo "### ${names[$i]}: $spec: exit $?"; gpu_test_summary "$log" 40; echo; } >>"$out/tests.md"
     done
   done
   cat "$out/tests.md"

@@ -19,15 +19,14 @@ if [ -n "$pack" ] && [ -d "$pack" ]; then
 fi
 note "== $(date +%H:%M:%S) build"
 bash tools/gpu/run_all.sh build "$logs" >"$logs/build_stage.txt" 2>&1 || { note "build FAILED"; tail -30 "$logs/build_stage.txt" | tee -a "$summary"; }
+# shellcheck source=tools/gpu/gpu_tests.sh
+. tools/gpu/gpu_tests.sh
 for spec in $tests; do
-  t=${spec%%:*}; filter='*'; [ "$spec" != "$t" ] && filter=${spec#*:}
-  bin=build-gpu/deepinfer_cuda_${t}_tests
-  [ "$t" = engine ] && bin=build-gpu/tests/deepinfer_model_tests && [ "$filter" = '*' ] && filter='Engine*'
-  [ -x "$bin" ] || { note "no $bin"; continue; }
-  note "== $(date +%H:%M:%S) $t tests ($filter)"
-  timeout "${QUICK_TEST_TIMEOUT:-300}" stdbuf -oL "$bin" --gtest_brief=1 --gtest_filter="$filter" >"$logs/${t}_tests.log" 2>&1
+  t=${spec%%:*}
+  note "== $(date +%H:%M:%S) $spec tests"
+  gpu_test_run "$spec" "$logs/${t}_tests.log" "${QUICK_TEST_TIMEOUT:-300}"
   note "exit $?"
-  grep -E '^\[  (FAILED|PASSED)|rel rms|mean abs|max \||Failure|differs|Expected|Which is|actual|argmax' "$logs/${t}_tests.log" | head -${QUICK_GREP_LINES:-60} >>"$summary"
+  gpu_test_summary "$logs/${t}_tests.log" "${QUICK_GREP_LINES:-60}" >>"$summary"
 done
 if [ -n "$bench_args" ] && [ -x build-gpu/deepinfer_bench_model ]; then
   note "== $(date +%H:%M:%S) model bench: $bench_args"
