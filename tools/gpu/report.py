@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Turns tools/gpu/run_all.sh's outputs into a markdown report and pareto plots.
 
+Usage: report.py OUT [CARD]  (CARD names the card in the plot titles when nvidia-smi is not there)
 Reads OUT/{gpu.txt, gemm.jsonl, model.jsonl, hf.jsonl, tests.log}; writes markdown to stdout and
 OUT/pareto_decode.png, OUT/pareto_prefill.png, OUT/pareto_engine.png (engine.jsonl). Floors: decode = (weight bytes + KV bytes) / the
 measured copy bandwidth; prefill = FLOPs / the best bf16 GEMM rate measured in the same run (cuBLAS
@@ -32,11 +33,15 @@ def main():
     bw = next((r["gbs"] for r in model if r.get("kind") == "bandwidth"), None)
     peak = max((r.get("cublas_tflops", 0) or 0 for r in gemm), default=0) or 790.0
     print("# deepinfer CUDA backend: benchmark report\n")
+    # the plots' titles name the card the run was on (H100 and H200 runs both land here); a report
+    # redrawn away from the GPU machine takes the name as the second argument
+    card = sys.argv[2] if len(sys.argv) > 2 else "GPU"
     try:
         import subprocess
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version",
                               "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
         print(f"GPU: `{smi}`\n")
+        card = next((w for w in smi.split(",")[0].split() if w[:1] in "HAB" and w[1:].isdigit()), card)
     except OSError:
         pass
     print(f"Ceilings measured in this run: copy bandwidth {bw} GB/s (read + write); bf16 GEMM peak used for "
@@ -116,7 +121,7 @@ def main():
             ax.set_xlabel("tokens/s per user")
             ax.set_ylabel("output tokens/s per GPU")
             ax.set_xscale("log"); ax.set_yscale("log"); ax.grid(True, which="both", alpha=.3)
-            ax.set_title("v4-mid decode on one H200 (x: transformers)")
+            ax.set_title(f"v4-mid decode on one {card} (x: transformers)")
             ax.legend(fontsize=8)
             fig.tight_layout(); fig.savefig(os.path.join(out, "pareto_decode.png"), dpi=110)
         if engine:
@@ -131,7 +136,7 @@ def main():
             ax.set_xlabel("tokens/s per user (1 / TPOT)")
             ax.set_ylabel("output tokens/s per GPU")
             ax.set_xscale("log"); ax.set_yscale("log"); ax.grid(True, which="both", alpha=.3)
-            ax.set_title("engine concurrency sweep on one H200 (labels: concurrency)")
+            ax.set_title(f"engine concurrency sweep on one {card} (labels: concurrency)")
             ax.legend(fontsize=8)
             fig.tight_layout(); fig.savefig(os.path.join(out, "pareto_engine.png"), dpi=110)
         if pre:
@@ -144,7 +149,7 @@ def main():
                 ax.plot(ms, r["prefill_tok_s"], "x", color="gray")
             ax.set_xlabel("time to first token, ms"); ax.set_ylabel("prefill tokens/s per GPU")
             ax.set_xscale("log"); ax.set_yscale("log"); ax.grid(True, which="both", alpha=.3)
-            ax.set_title("v4-mid prefill on one H200 (x: transformers)")
+            ax.set_title(f"v4-mid prefill on one {card} (x: transformers)")
             ax.legend(fontsize=8)
             fig.tight_layout(); fig.savefig(os.path.join(out, "pareto_prefill.png"), dpi=110)
     except ImportError:
