@@ -25,6 +25,9 @@ cd "$(dirname "$0")/../.." || exit 1
 out=$1; bench_args=$2; shift 2
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 root=$PWD; rounds=${AB_ROUNDS:-2}
+# The variant trees live under /tmp, where run_all.sh's default ../shared is not: every tree takes
+# the fixtures and oracle scripts this tree sees (DEEPINFER_SHARED, else ../shared), as an absolute path.
+shared=$(cd "${DEEPINFER_SHARED:-../shared}" 2>/dev/null && pwd) && export DEEPINFER_SHARED=$shared
 raw=$(mktemp -d); names=(base); dirs=("$root")
 
 for spec in "$@"; do

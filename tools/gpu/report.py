@@ -41,7 +41,7 @@ def main():
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version",
                               "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
         print(f"GPU: `{smi}`\n")
-        card = next((w for w in smi.split(",")[0].split() if w[:1] in "HAB" and w[1:].isdigit()), card)
+        card = smi.split(",")[0].removeprefix("NVIDIA ").strip() or card
     except OSError:
         pass
     print(f"Ceilings measured in this run: copy bandwidth {bw} GB/s (read + write); bf16 GEMM peak used for "

@@ -17,9 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <map>
-#include <tuple>
 #include <string>
 #include <utility>
 
