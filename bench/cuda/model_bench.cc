@@ -2,7 +2,7 @@
 // DeepSeek-V4 config with random bf16 weights generated on the device (CudaModel::create_random).
 // Prints one JSON object per line (tools/gpu/report.py turns them into docs/perf tables):
 //   {"kind":"bandwidth", "gbs":...}                        device-to-device copy of 4 GB
-//   {"kind":"decode", "batch":B, "context":C, "step_ms":..., "tok_s":..., "weight_bytes":..., "kv_bytes":...}
+//   {"kind":"decode", "batch":B, "context":C, "step_ms":..., "tok_s":..., "chained_ms":..., "weight_bytes":..., "kv_bytes":...}
 //   {"kind":"prefill", "tokens":N, "ms":..., "tok_s":..., "flops":...}
 // Decode steps take each sequence's greedy token on the GPU (CudaModel::forward's `greedy` output,
 // what the engine does for greedy requests): 8 bytes per sequence come back, not a vocabulary row.
@@ -12,6 +12,9 @@
 //
 // Usage: deepinfer_bench_model --config CONFIG.json [--batches 1,8,64,256] [--contexts 1024,32768]
 //        [--prefill 512,4096,32768] [--steps 20] [--profile 1] [--fp8-gemm 1]
+//        [--l2-prefetch-mb MB] [--l2-prefetch-max-tokens N]   (CudaModelOptions::l2_prefetch_*; 0 MB: off)
+// step_ms: one synchronous forward() (host bookkeeping, copies and the wait included); chained_ms:
+// steps enqueued two deep as the engine runs them (the GPU's time a step while the host keeps up).
 // --profile 1 brackets the last decode step of each (batch, context) and the last prefill with
 // cudaProfilerStart/Stop, for `ncu --profile-from-start off` (tools/gpu/profile.sh).
 #include <cuda_profiler_api.h>
@@ -23,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8, 64, 256}, contexts = {1024, 32768}, prefills = {512, 4096, 32768};
   int steps = 20;
   bool profile = false, fp8_gemm = false;
+  int l2_prefetch_mb = -1, l2_prefetch_max_tokens = -1;  // -1: CudaModelOptions' defaults
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--config") config_path = v;
@@ -109,6 +114,8 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::stoi(v);
     else if (a == "--profile") profile = std::stoi(v) != 0;
     else if (a == "--fp8-gemm") fp8_gemm = std::stoi(v) != 0;
+    else if (a == "--l2-prefetch-mb") l2_prefetch_mb = std::stoi(v);
+    else if (a == "--l2-prefetch-max-tokens") l2_prefetch_max_tokens = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -146,6 +153,8 @@ int main(int argc, char** argv) {
   opt.max_logit_rows = std::max(max_batch, 1);
   opt.max_model_len = max_ctx;
   opt.fp8_gemm = fp8_gemm;  // release numerics with the FP8-checkpoint projections on FP8 tensor cores
+  if (l2_prefetch_mb >= 0) opt.l2_prefetch_bytes = static_cast<size_t>(l2_prefetch_mb) << 20;
+  if (l2_prefetch_max_tokens >= 0) opt.l2_prefetch_max_tokens = l2_prefetch_max_tokens;
   const auto t0 = std::chrono::steady_clock::now();
   auto made = CudaModel::create_random(c, 1234, opt);
   if (!made.is_ok()) {
@@ -192,6 +201,38 @@ int main(int argc, char** argv) {
       }
       std::sort(ms.begin(), ms.end());
       const double med = ms[ms.size() / 2];
+      // Chained steps, as the engine runs them (CudaModel::submit_greedy / collect_greedy): step s + 1
+      // is enqueued before step s is collected, its tokens step s's greedy rows taken on the device,
+      // so the host's work on a step overlaps the GPU's on the one before. A step's time: the
+      // interval between two collections (median), i.e. the GPU's time a step when the host keeps up.
+      for (int b = 0; b < B; ++b) m.reset_slot(b);
+      std::vector<deepinfer::backend::cuda::DeferredToken> deferred(B);
+      for (int b = 0; b < B; ++b) deferred[b] = {b, b};
+      std::vector<double> chained;
+      auto last_collect = std::chrono::steady_clock::now();
+      for (int s = 0; s <= steps + 3; ++s) {
+        if (s < steps + 3) {
+          std::vector<SeqChunk> batch(B);
+          for (int b = 0; b < B; ++b) batch[b] = SeqChunk{tok[b], static_cast<int64_t>(ctx + s), b, tables[b], LogitRows::kLast};
+          const auto st = m.submit_greedy(batch, s == 0 ? std::span<const deepinfer::backend::cuda::DeferredToken>()
+                                                        : std::span<const deepinfer::backend::cuda::DeferredToken>(deferred));
+          if (!st.is_ok()) {
+            std::fprintf(stderr, "chained decode B=%d ctx=%d: %s\n", B, ctx, st.to_string().c_str());
+            return 1;
+          }
+        }
+        if (s == 0) continue;
+        const auto st = m.collect_greedy(&greedy);
+        const auto now = std::chrono::steady_clock::now();
+        if (!st.is_ok()) {
+          std::fprintf(stderr, "chained decode B=%d ctx=%d: %s\n", B, ctx, st.to_string().c_str());
+          return 1;
+        }
+        if (s >= 4) chained.push_back(std::chrono::duration<double, std::milli>(now - last_collect).count());
+        last_collect = now;
+      }
+      std::sort(chained.begin(), chained.end());
+      const double chained_med = chained.empty() ? 0.0 : chained[chained.size() / 2];
       // Bytes a step must read: dense weights, the distinct routed experts (expected for uniform
       // routing: E (1 - (1 - K/E)^B) per layer), and the KV rows / indexer keys of every sequence.
       const double E = c.n_routed_experts, K = c.num_experts_per_tok;
@@ -217,8 +258,8 @@ int main(int argc, char** argv) {
       }
       const double flops = B * (dense + c.num_layers * K * expert + 4.0 * c.num_heads * c.head_dim * attn_rows);
       std::printf("{\"kind\":\"decode\",\"batch\":%d,\"context\":%d,\"step_ms\":%.4f,\"min_ms\":%.4f,\"tok_s\":%.1f,"
-                  "\"weight_bytes\":%.0f,\"kv_bytes\":%.0f,\"flops\":%.4g}\n",
-                  B, ctx, med, ms.front(), B / (med * 1e-3), dense + experts * expert, kv, flops);
+                  "\"chained_ms\":%.4f,\"weight_bytes\":%.0f,\"kv_bytes\":%.0f,\"flops\":%.4g}\n",
+                  B, ctx, med, ms.front(), B / (med * 1e-3), chained_med, dense + experts * expert, kv, flops);
       std::fflush(stdout);
     }
 

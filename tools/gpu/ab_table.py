@@ -22,6 +22,8 @@ def cases(path):
                 continue
             if d.get("kind") == "decode":
                 found[f"decode b{d['batch']} ctx {d['context']}"] = d["step_ms"]
+                if d.get("chained_ms"):
+                    found[f"decode b{d['batch']} ctx {d['context']} chained"] = d["chained_ms"]
             elif d.get("kind") == "prefill":
                 found[f"prefill {d['tokens']}"] = d["ms"]
     return found
