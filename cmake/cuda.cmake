@@ -72,7 +72,7 @@ set_target_properties(deepinfer_cuda_fp8_gemm PROPERTIES CUDA_ARCHITECTURES 90a)
 
 # The V4 forward on the GPU (device weights, device state cache, step orchestration).
 deepinfer_cuda_part(deepinfer_backend_cuda src/backend/cuda/cuda_model.cu src/backend/cuda/cuda_model_weights.cu src/backend/cuda/v4_kernels.cu
-                    src/backend/cuda/release_kernels.cu src/backend/cuda/l2_prefetch.cu)
+                    src/backend/cuda/release_kernels.cu)
 target_link_libraries(deepinfer_backend_cuda PUBLIC deepinfer_cuda_gemm deepinfer_cuda_attention deepinfer_cuda_ops
                                                     deepinfer_cuda_kv_fp8 deepinfer_cuda_fp8_gemm deepinfer_model)
 

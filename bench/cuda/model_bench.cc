@@ -12,7 +12,6 @@
 //
 // Usage: deepinfer_bench_model --config CONFIG.json [--batches 1,8,64,256] [--contexts 1024,32768]
 //        [--prefill 512,4096,32768] [--steps 20] [--profile 1] [--fp8-gemm 1]
-//        [--l2-prefetch-mb MB] [--l2-prefetch-max-tokens N]   (CudaModelOptions::l2_prefetch_*; 0 MB: off)
 // step_ms: one synchronous forward() (host bookkeeping, copies and the wait included); chained_ms:
 // steps enqueued two deep as the engine runs them (the GPU's time a step while the host keeps up).
 // --profile 1 brackets the last decode step of each (batch, context) and the last prefill with
@@ -104,7 +103,6 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8, 64, 256}, contexts = {1024, 32768}, prefills = {512, 4096, 32768};
   int steps = 20;
   bool profile = false, fp8_gemm = false;
-  int l2_prefetch_mb = -1, l2_prefetch_max_tokens = -1;  // -1: CudaModelOptions' defaults
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--config") config_path = v;
@@ -114,8 +112,6 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::stoi(v);
     else if (a == "--profile") profile = std::stoi(v) != 0;
     else if (a == "--fp8-gemm") fp8_gemm = std::stoi(v) != 0;
-    else if (a == "--l2-prefetch-mb") l2_prefetch_mb = std::stoi(v);
-    else if (a == "--l2-prefetch-max-tokens") l2_prefetch_max_tokens = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -153,8 +149,6 @@ int main(int argc, char** argv) {
   opt.max_logit_rows = std::max(max_batch, 1);
   opt.max_model_len = max_ctx;
   opt.fp8_gemm = fp8_gemm;  // release numerics with the FP8-checkpoint projections on FP8 tensor cores
-  if (l2_prefetch_mb >= 0) opt.l2_prefetch_bytes = static_cast<size_t>(l2_prefetch_mb) << 20;
-  if (l2_prefetch_max_tokens >= 0) opt.l2_prefetch_max_tokens = l2_prefetch_max_tokens;
   const auto t0 = std::chrono::steady_clock::now();
   auto made = CudaModel::create_random(c, 1234, opt);
   if (!made.is_ok()) {

@@ -26,7 +26,6 @@
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kv_fp8.h"
-#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/release_kernels.h"
 #include "backend/cuda/v4_kernels.h"
@@ -39,15 +38,9 @@ namespace {
 // Every kernel-to-kernel edge of a captured step becomes programmatic (pdl.cuh): the downstream
 // kernel may be scheduled once every block of the upstream one has started (and run its
 // pdl_prologue), and waits in its own prologue for the upstream kernel's completion and memory.
-// Edges from or to other nodes (copies) stay full dependencies, and so do edges from or to the L2
-// prefetch kernels of a side branch (l2_prefetch.h: they must start after the GEMM they follow has
-// finished streaming, not while it runs). False if the graph could not be rewritten (then it must
-// not be used).
+// Edges from or to other nodes (copies) stay full dependencies. False if the graph could not be
+// rewritten (then it must not be used).
 bool make_kernel_edges_programmatic(cudaGraph_t graph) {
-  const auto is_prefetch = [](cudaGraphNode_t node) {
-    cudaKernelNodeParams params = {};
-    return cudaGraphKernelNodeGetParams(node, &params) == cudaSuccess && is_l2_prefetch_kernel(params.func);
-  };
   size_t n = 0;
   if (cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n) != cudaSuccess) return false;
   std::vector<cudaGraphNode_t> from(n), to(n);
@@ -58,7 +51,6 @@ bool make_kernel_edges_programmatic(cudaGraph_t graph) {
     if (cudaGraphNodeGetType(from[i], &a) != cudaSuccess || cudaGraphNodeGetType(to[i], &b) != cudaSuccess) return false;
     if (a != cudaGraphNodeTypeKernel || b != cudaGraphNodeTypeKernel || data[i].type != cudaGraphDependencyTypeDefault)
       continue;
-    if (is_prefetch(from[i]) || is_prefetch(to[i])) continue;
     cudaGraphEdgeData programmatic = {};
     programmatic.from_port = cudaGraphKernelNodePortProgrammatic;
     programmatic.type = cudaGraphDependencyTypeProgrammatic;
@@ -142,9 +134,6 @@ Status CudaModel::Impl::allocate_cache_and_work() {
     DI_CUDA_RETURN(cudaEventCreateWithFlags(&step_done[p], cudaEventDisableTiming));
   }
   DI_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  DI_CUDA_RETURN(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking));
-  DI_CUDA_RETURN(cudaEventCreateWithFlags(&window_event, cudaEventDisableTiming));
-  DI_CUDA_RETURN(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
   return Status::ok();
 }
 
@@ -487,46 +476,8 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
     gemm(qin(x, M, K, W), M, K, W.w, N, y, s);
   };
-  // L2 prefetch windows (l2_prefetch.h, CudaModelOptions::l2_prefetch_bytes), only while recording
-  // a decode graph of few tokens in exact numerics. A window opens right after a GEMM's launch: a
-  // side branch waits for that GEMM to finish and prefetches the weights of the GEMMs that follow,
-  // in the order they read them, until the window's bytes are spent, while the small kernels up to
-  // those GEMMs run on the stream. The branch joins the stream at the end of the step.
-  const bool prefetching = recording_graph && !rel && opt.l2_prefetch_bytes > 0 && T <= opt.l2_prefetch_max_tokens;
-  bool side_used = false;
-  struct Span {
-    const void* p;
-    size_t bytes;
-  };
-  auto weights = [](const DevMatrix& W, int count = 1) {
-    return Span{W.w, static_cast<size_t>(count) * W.rows * W.cols * sizeof(bf16)};
-  };
-  auto fork_window = [&]() {
-    cudaEventRecord(window_event, s);
-    cudaStreamWaitEvent(side_stream, window_event, 0);
-    side_used = true;
-  };
-  auto open_window = [&](std::initializer_list<Span> next) {
-    if (!prefetching) return;
-    fork_window();
-    size_t left = opt.l2_prefetch_bytes;
-    for (const Span& w : next) {
-      const size_t n = std::min(left, w.bytes);
-      if (w.p == nullptr || n == 0) continue;
-      l2_prefetch(w.p, n, side_stream);
-      left -= n;
-    }
-  };
-  // The same for the routed experts of the step (route_sel [T, K], written before the window opens);
-  // `first` is expert 0's matrix of a stacked set.
-  auto open_expert_window = [&](const DevMatrix& first, int E, int K) {
-    if (!prefetching) return;
-    fork_window();
-    l2_prefetch_experts(route_sel, T * K, E, first.w, weights(first).bytes, opt.l2_prefetch_bytes, side_stream);
-  };
   embed(d_tokens, T, embed_table, D, hc, X, s);
   rb(X, static_cast<size_t>(T) * hc * D);
-  if (c.num_layers > 0) open_window({weights(layers[0].wq_a), weights(layers[0].wq_b)});
   for (int l = 0; l < c.num_layers; ++l) {
     const DevLayer& L = layers[l];
     const model::LayerCacheLayout& CL = shape.layers[l];
@@ -547,8 +498,6 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     rms_norm(qr, T, c.q_lora_rank, L.q_norm, eps, nullptr, qr_bf, s);
     tap_bf(l, "qr", qr_bf, static_cast<size_t>(T) * c.q_lora_rank);
     proj(qr_bf, T, c.q_lora_rank, L.wq_b, H * hd, q);
-    open_window({weights(L.wkv), weights(L.compressor.wkv_gate), weights(L.index_compressor.wkv_gate),
-                 weights(L.index_wq_b), weights(L.index_weights_proj)});
     if (rel) {
       round_bf16(q, static_cast<size_t>(T) * H * hd, s);
       q_head_norm_release(q, T * H, hd, eps, s);
@@ -560,9 +509,6 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     tap_bf(l, "q", q_bf, static_cast<size_t>(T) * H * hd);
     // The shared KV head.
     proj(normed, T, D, L.wkv, hd, kv);
-    // (the window up to the grouped output projection opens after the last GEMM before attention)
-    const Span wo_a_weights = weights(L.wo_a[0], c.o_groups);
-    if (!L.has_compressor) open_window({wo_a_weights});
     rb(kv, static_cast<size_t>(T) * hd);
     norm_rope(kv, T, 1, hd, L.kv_norm, eps, rel, st.pos, rope_t, rd, rope_f, kv, kv_bf, s);
     tap_bf(l, "kv", kv_bf, static_cast<size_t>(T) * hd);
@@ -581,10 +527,6 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       cv.prev_kv = sl.prev_kv;
       cv.prev_gate = sl.prev_gate;
       gemm(normed, T, D, dc.wkv_gate.w, 2 * dc.width, comp_ab, s);
-      if (index_key)
-        open_window({weights(L.index_wq_b), weights(L.index_weights_proj)});
-      else if (!L.has_indexer)
-        open_window({wo_a_weights});
       const int R = static_cast<int>(cp.rows.size());
       const NewRow* d_rows = meta_ptr<NewRow>(cp.off_rows);
       compress_pool(st, cv, d_rows, R, fresh, s);
@@ -630,7 +572,6 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         to_bf16(qi, nq, qi_bf, s);
         tap_bf(l, "iq", qi_bf, nq);
         gemm(normed, T, D, L.index_weights_proj.w, nI, wts, s);
-        open_window({wo_a_weights});
         if (rel) {  // both scales folded into the weights, in bf16 (the official code's order)
           round_bf16(wts, static_cast<size_t>(T) * nI, s);
           scale_rows(wts, static_cast<size_t>(T) * nI,
@@ -693,11 +634,9 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       split_groups(o, T, G, gw, og, s);
     }
     grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo, s);
-    open_window({weights(L.wo_b)});
     merge_groups(zo, T, G, OR, zo_bf, s);
     tap_bf(l, "zo", zo_bf, static_cast<size_t>(T) * G * OR);
     proj(zo_bf, T, G * OR, L.wo_b, D, sub_out);
-    open_window({weights(L.gate), weights(L.shared_w13)});
     rb(sub_out, static_cast<size_t>(T) * D);
     tap_f32(l, "attn_out", sub_out, static_cast<size_t>(T) * D);
     hc_post(X, sub_out, T, hc, D, post, comb, s);
@@ -721,23 +660,16 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     tap_f32(l, "moe_w", route_w, static_cast<size_t>(T) * K);
     tap_ints(l, "moe_i", route_sel, static_cast<size_t>(T) * K);
     if (!rel) {
-      // The shared expert first: its weights are known before the routing is, so its window opens
-      // after wo_b, and the routed experts' window (which needs route_sel) after shared w2.
+      // The shared expert before the routed ones (the order the L2 prefetch experiment needed,
+      // docs/perf/cuda.md, and the order the 2026-12-06 H200 figures ran; the same bits either way).
       gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
-      open_window({weights(L.shared_w2)});
       swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
       gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
-      open_expert_window(L.w13[0], E, K);
       moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
       gather_rows(normed, perm_token, T * K, D, xin, s);
       grouped_gemm_stacked(xin, offsets, E, T * K, D, L.w13[0].w, 2 * inter, gu, s);
-      open_expert_window(L.w2[0], E, K);
       swiglu(gu, T * K, inter, limit, nullptr, h, s);
       grouped_gemm_stacked(h, offsets, E, T * K, inter, L.w2[0].w, D, y, s);
-      if (l + 1 < c.num_layers)
-        open_window({weights(layers[l + 1].wq_a), weights(layers[l + 1].wq_b)});
-      else if (NR > 0)
-        open_window({weights(head)});
     } else {
       moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
       // The official expert: FP8 inputs, bf16 w1/w3 outputs, the routing weight applied before w2
@@ -785,10 +717,6 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
     if (want_greedy) greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, greedy_ws, s);
   }
-  if (side_used) {  // join the prefetch branch (a capture must end with every forked stream joined)
-    cudaEventRecord(join_event, side_stream);
-    cudaStreamWaitEvent(s, join_event, 0);
-  }
   };  // enqueue
 
   // Metadata in (outside the graphs: the host buffer alternates), then the deferred tokens: greedy
@@ -811,9 +739,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         cudaGraph_t graph = nullptr;
         bool ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess;
         if (ok) {
-          recording_graph = true;
           enqueue();
-          recording_graph = false;
           ok = cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr;
         }
         ok = ok && make_kernel_edges_programmatic(graph);

@@ -53,12 +53,6 @@ struct CudaModelOptions {
   // quantized per 128 values) instead of bf16 GEMMs on FP8-rounded inputs. Same products, another
   // summation (the tensor core's within each block); half the weight bytes. Off: the bf16 path.
   bool fp8_gemm = false;
-  // Decode graphs of at most l2_prefetch_max_tokens tokens (exact numerics): while the small kernels
-  // between two GEMMs run, a side branch of the graph prefetches up to l2_prefetch_bytes of the next
-  // GEMMs' weights into L2 (l2_prefetch.h; HBM is otherwise idle then). A hint: results are bitwise
-  // the same with any setting. 0 bytes: off.
-  size_t l2_prefetch_bytes = size_t{32} << 20;
-  int l2_prefetch_max_tokens = 64;
 };
 
 // A logits row's greedy token, computed on the GPU (ops.h greedy_rows): argmax (lowest id on ties)

@@ -212,11 +212,6 @@ struct CudaModel::Impl {
   std::map<std::tuple<int, int64_t, int>, Graph> graphs;  // (batch size, context bucket, outputs wanted)
   uint64_t epoch = 1;
   bool graphs_broken = false;  // a capture failed once: run eagerly from then on
-  // L2 prefetch windows of a graph being recorded (CudaModelOptions::l2_prefetch_bytes): the side
-  // stream the prefetch kernels are captured on, the event a window forks from, the join event.
-  bool recording_graph = false;
-  cudaStream_t side_stream = nullptr;
-  cudaEvent_t window_event = nullptr, join_event = nullptr;
   uint64_t replays = 0;
   CudaModel::Tap tap;  // diagnostics (CudaModel::set_tap)
 
@@ -231,9 +226,6 @@ struct CudaModel::Impl {
     if (logits_host) cudaFreeHost(logits_host);
     if (greedy_host) cudaFreeHost(greedy_host);
     if (stream) cudaStreamDestroy(stream);
-    if (side_stream) cudaStreamDestroy(side_stream);
-    if (window_event) cudaEventDestroy(window_event);
-    if (join_event) cudaEventDestroy(join_event);
   }
 
   Status allocate();
