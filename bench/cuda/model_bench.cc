@@ -51,6 +51,13 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
+// Median of a sample (the upper middle one for an even count; 0 for none).
+template <typename T>
+double median(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : static_cast<double>(v[v.size() / 2]);
+}
+
 double copy_bandwidth_gbs() {
   const size_t bytes = size_t{4} << 30;
   void *a = nullptr, *b = nullptr;
@@ -69,10 +76,9 @@ double copy_bandwidth_gbs() {
     cudaEventElapsedTime(&t, e0, e1);
     ms.push_back(t);
   }
-  std::sort(ms.begin(), ms.end());
   cudaFree(a);
   cudaFree(b);
-  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;  // read + write
+  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3) / 1e9;  // read + write
 }
 
 // Weight bytes of everything but the routed experts, and of one routed expert.
@@ -173,60 +179,53 @@ int main(int argc, char** argv) {
         for (int p = 0; p < dec_pages; ++p) tables[b].push_back(b * dec_pages + p);
         m.reset_slot(b);
       }
-      std::vector<deepinfer::backend::cuda::GreedyToken> greedy;
-      std::vector<double> ms;
-      for (int s = 0; s < steps + 3; ++s) {
+      // Step s: every sequence at position ctx + s (tokens the chained steps take from the device).
+      auto step_batch = [&](int s) {
         std::vector<SeqChunk> batch(B);
         for (int b = 0; b < B; ++b) {
           tok[b][0] = static_cast<int32_t>((b * 7919 + s * 104729) % c.vocab_size);
           batch[b] = SeqChunk{tok[b], static_cast<int64_t>(ctx + s), b, tables[b], LogitRows::kLast};
         }
+        return batch;
+      };
+      auto failed = [&](const char* what, const deepinfer::Status& st) {
+        if (st.is_ok()) return false;
+        std::fprintf(stderr, "%s B=%d ctx=%d: %s\n", what, B, ctx, st.to_string().c_str());
+        return true;
+      };
+      std::vector<deepinfer::backend::cuda::GreedyToken> greedy;
+      std::vector<double> ms;
+      for (int s = 0; s < steps + 3; ++s) {
+        const std::vector<SeqChunk> batch = step_batch(s);
         const bool profiled = profile && s == steps + 2;
         if (profiled) cudaProfilerStart();
         const auto a = std::chrono::steady_clock::now();
         const auto st = m.forward(batch, nullptr, &greedy);
         const auto e = std::chrono::steady_clock::now();
         if (profiled) cudaProfilerStop();
-        if (!st.is_ok()) {
-          std::fprintf(stderr, "decode B=%d ctx=%d: %s\n", B, ctx, st.to_string().c_str());
-          return 1;
-        }
+        if (failed("decode", st)) return 1;
         if (s >= 3) ms.push_back(std::chrono::duration<double, std::milli>(e - a).count());
       }
-      std::sort(ms.begin(), ms.end());
-      const double med = ms[ms.size() / 2];
-      // Chained steps, as the engine runs them (CudaModel::submit_greedy / collect_greedy): step s + 1
-      // is enqueued before step s is collected, its tokens step s's greedy rows taken on the device,
-      // so the host's work on a step overlaps the GPU's on the one before. A step's time: the
+      const double med = median(ms), fastest = *std::min_element(ms.begin(), ms.end());
+      // Chained steps, as the engine runs them (CudaModel::submit_greedy / collect_greedy): step s
+      // is enqueued before step s - 1 is collected, its tokens step s - 1's greedy rows taken on the
+      // device, so the host's work on a step overlaps the GPU's on the one before. A step's time: the
       // interval between two collections (median), i.e. the GPU's time a step when the host keeps up.
       for (int b = 0; b < B; ++b) m.reset_slot(b);
       std::vector<deepinfer::backend::cuda::DeferredToken> deferred(B);
       for (int b = 0; b < B; ++b) deferred[b] = {b, b};
       std::vector<double> chained;
+      if (failed("chained decode", m.submit_greedy(step_batch(0), {}))) return 1;
       auto last_collect = std::chrono::steady_clock::now();
-      for (int s = 0; s <= steps + 3; ++s) {
-        if (s < steps + 3) {
-          std::vector<SeqChunk> batch(B);
-          for (int b = 0; b < B; ++b) batch[b] = SeqChunk{tok[b], static_cast<int64_t>(ctx + s), b, tables[b], LogitRows::kLast};
-          const auto st = m.submit_greedy(batch, s == 0 ? std::span<const deepinfer::backend::cuda::DeferredToken>()
-                                                        : std::span<const deepinfer::backend::cuda::DeferredToken>(deferred));
-          if (!st.is_ok()) {
-            std::fprintf(stderr, "chained decode B=%d ctx=%d: %s\n", B, ctx, st.to_string().c_str());
-            return 1;
-          }
-        }
-        if (s == 0) continue;
-        const auto st = m.collect_greedy(&greedy);
+      for (int s = 1; s < steps + 3; ++s) {
+        if (failed("chained decode", m.submit_greedy(step_batch(s), deferred))) return 1;
+        if (failed("chained decode", m.collect_greedy(&greedy))) return 1;  // step s - 1
         const auto now = std::chrono::steady_clock::now();
-        if (!st.is_ok()) {
-          std::fprintf(stderr, "chained decode B=%d ctx=%d: %s\n", B, ctx, st.to_string().c_str());
-          return 1;
-        }
         if (s >= 4) chained.push_back(std::chrono::duration<double, std::milli>(now - last_collect).count());
         last_collect = now;
       }
-      std::sort(chained.begin(), chained.end());
-      const double chained_med = chained.empty() ? 0.0 : chained[chained.size() / 2];
+      if (failed("chained decode", m.collect_greedy(&greedy))) return 1;
+      const double chained_med = median(chained);
       // Bytes a step must read: dense weights, the distinct routed experts (expected for uniform
       // routing: E (1 - (1 - K/E)^B) per layer), and the KV rows / indexer keys of every sequence.
       const double E = c.n_routed_experts, K = c.num_experts_per_tok;
@@ -253,7 +252,7 @@ int main(int argc, char** argv) {
       const double flops = B * (dense + c.num_layers * K * expert + 4.0 * c.num_heads * c.head_dim * attn_rows);
       std::printf("{\"kind\":\"decode\",\"batch\":%d,\"context\":%d,\"step_ms\":%.4f,\"min_ms\":%.4f,\"tok_s\":%.1f,"
                   "\"chained_ms\":%.4f,\"weight_bytes\":%.0f,\"kv_bytes\":%.0f,\"flops\":%.4g}\n",
-                  B, ctx, med, ms.front(), B / (med * 1e-3), chained_med, dense + experts * expert, kv, flops);
+                  B, ctx, med, fastest, B / (med * 1e-3), chained_med, dense + experts * expert, kv, flops);
       std::fflush(stdout);
     }
 
@@ -281,7 +280,6 @@ int main(int argc, char** argv) {
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
       if (profile && rep == 2) cudaProfilerStop();
     }
-    std::sort(ms.begin(), ms.end());
     // FLOPs: 2 x the weights a token multiplies (dense minus the head, plus K routed experts; the
     // head runs for one row) plus attention (scores and values over each token's rows, 64 heads)
     // and the indexer's scores.
@@ -297,9 +295,9 @@ int main(int argc, char** argv) {
         }
         attn += 4.0 * c.num_heads * c.head_dim * rows;
       }
-    const double flops = 2.0 * per_token_weights * n + attn;
-    std::printf("{\"kind\":\"prefill\",\"tokens\":%d,\"ms\":%.3f,\"tok_s\":%.1f,\"flops\":%.4g}\n", n, ms[1],
-                n / (ms[1] * 1e-3), flops);
+    const double flops = 2.0 * per_token_weights * n + attn, med = median(ms);
+    std::printf("{\"kind\":\"prefill\",\"tokens\":%d,\"ms\":%.3f,\"tok_s\":%.1f,\"flops\":%.4g}\n", n, med,
+                n / (med * 1e-3), flops);
     std::fflush(stdout);
   }
   return 0;
