@@ -86,7 +86,8 @@ for r in $(seq "$rounds"); do
       $bench_args) >"$raw/model_${names[$i]}_$r.jsonl" 2>"$raw/model_${names[$i]}_$r.err" ||
       echo "model bench ${names[$i]} round $r failed: $(tail -1 "$raw/model_${names[$i]}_$r.err")"
   done
+  # The table of the rounds so far, so a call cut off by its time limit still returns the finished ones.
+  python3 tools/gpu/ab_table.py "$raw" "${names[@]}" >"$out/ab.md"
 done
-python3 tools/gpu/ab_table.py "$raw" "${names[@]}" >"$out/ab.md"
 cat "$out/ab.md"
 tar czf "$out/ab.tgz" -C "$raw" . && rm -rf "$raw"

@@ -3,7 +3,8 @@
 # v4-mid, with Nsight Compute (ncu; no replay of caches or clocks: --cache-control none,
 # --clock-control none). Needs a built tree (tools/gpu/run_all.sh build).
 #
-#   [PROFILE_SOL=1] tools/gpu/profile.sh [OUT_DIR] [BUILD_DIR]      -> OUT_DIR/profile.md
+#   [PROFILE_SOL=1] [PROFILE_CASES="decode_b1 prefill_4k"] tools/gpu/profile.sh [OUT_DIR] [BUILD_DIR]
+#     -> OUT_DIR/profile.md (PROFILE_CASES: a subset of the four cases below; default all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-out/gpu}
@@ -21,9 +22,13 @@ run() {  # name, model bench args
     $build/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json --steps 3 --profile 1 "$@" \
     >"$out/prof_$name.csv" 2>"$out/prof_$name.err" || tail -3 "$out/prof_$name.err"
 }
-run decode_b1 --batches 1 --contexts 1024 --prefill ""
-run decode_b64 --batches 64 --contexts 1024 --prefill ""
-run decode_b256 --batches 256 --contexts 1024 --prefill ""
-run prefill_4k --batches "" --contexts "" --prefill 4096
+cases=${PROFILE_CASES:-decode_b1 decode_b64 decode_b256 prefill_4k}
+for c in $cases; do
+  case $c in
+    decode_b*) run "$c" --batches "${c#decode_b}" --contexts 1024 --prefill "" ;;
+    prefill_4k) run prefill_4k --batches "" --contexts "" --prefill 4096 ;;
+    *) echo "unknown case $c (decode_bN or prefill_4k)" ;;
+  esac
+done
 python3 tools/gpu/profile_table.py "$out"/prof_*.csv >"$out/profile.md"
 cat "$out/profile.md"
