@@ -330,8 +330,18 @@ int main(int argc, char** argv) {
   const std::vector<int> ms = !opt.ms.empty() ? opt.ms
                               : opt.quick   ? std::vector<int>{1, 64, 4096}
                                             : std::vector<int>{1, 8, 64, 256, 512, 4096, 32768};
+  // Timed only when --shapes names them: the concatenated projections the model runs as one
+  // gemm_split (V4-Flash: a compressed-sparse-attention layer's inputs, its q and indexer-q
+  // up-projections, the MoE block's shared expert + router).
+  const std::vector<Shape> named_only = {
+      {"4160x4096", 4160, 4096, 1}, {"40960x1024", 40960, 1024, 1}, {"4128x4096", 4128, 4096, 1}};
+  const auto named = [&](const Shape& shape) {
+    return std::count(opt.shapes.begin(), opt.shapes.end(), shape.name) > 0;
+  };
+  for (const Shape& shape : named_only)
+    if (named(shape)) bench_shape(shape, ms, opt, cublas, stream);
   for (const Shape& shape : shapes) {
-    const bool wanted = opt.shapes.empty() || std::count(opt.shapes.begin(), opt.shapes.end(), shape.name) > 0;
+    const bool wanted = opt.shapes.empty() || named(shape);
     if (wanted) bench_shape(shape, ms, opt, cublas, stream);
   }
 

@@ -378,5 +378,79 @@ TEST(GemmCudaGrouped, AllEmptyWritesNothing) {
   check_grouped<float>({0, 0, 0}, 40, 64, 128);
 }
 
+// gemm_split: each output is bitwise the matching columns of gemm() over the whole concatenated
+// weight, for every forced configuration and several M; the padding after each output's rows
+// (canaries) is left alone.
+void check_split(const std::vector<int>& widths, int K) {
+  int N = 0;
+  for (int n : widths) N += n;
+  const std::string what = "N=" + std::to_string(N) + " K=" + std::to_string(K);
+  for (int M : {1, 5, 64, 200, 700}) {
+    const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(M) * K, 31u + M);
+    const std::vector<uint16_t> w = random_bf16(static_cast<size_t>(N) * K, 57u + K);
+    const DeviceArray<uint16_t> dx(x), dw(w);
+    DeviceArray<float> whole(static_cast<size_t>(M) * N);
+    run_gemm<float>(kAuto, dx, 0, M, K, dw, N, whole);
+    const std::vector<float> expect = whole.download();
+    for (int config = kAuto; config < gemm_testing::config_count(); ++config) {
+      const std::string name = config == kAuto ? "auto" : gemm_testing::config_name(config);
+      std::vector<std::unique_ptr<DeviceArray<float>>> outs;
+      std::vector<GemmOutput> spec;
+      for (int n : widths) {
+        // 16 spare floats after the rows (16-byte aligned, so a stray float4 would land in them).
+        outs.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(static_cast<size_t>(M) * n + 16,
+                                                                               canary<float>())));
+        spec.push_back({outs.back()->get(), n});
+      }
+      if (config == kAuto)
+        gemm_split(as_bf16(dx), M, K, as_bf16(dw), spec.data(), static_cast<int>(spec.size()), nullptr);
+      else
+        gemm_testing::gemm_split_with_config(config, as_bf16(dx), M, K, as_bf16(dw), spec.data(),
+                                             static_cast<int>(spec.size()), nullptr);
+      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(cudaDeviceSynchronize());
+      int begin = 0;
+      for (size_t i = 0; i < widths.size(); ++i) {
+        const int n = widths[i];
+        const std::vector<float> got = outs[i]->download();
+        int mismatches = 0;
+        for (int m = 0; m < M; ++m)
+          mismatches += std::memcmp(got.data() + static_cast<size_t>(m) * n,
+                                    expect.data() + static_cast<size_t>(m) * N + begin, n * sizeof(float)) != 0;
+        EXPECT_EQ(mismatches, 0) << what << " M=" << M << " config " << name << ": output " << i
+                                 << " differs from gemm() in " << mismatches << " rows";
+        for (int e = 0; e < 16; ++e)
+          EXPECT_EQ(got[static_cast<size_t>(M) * n + e], canary<float>())
+              << what << " M=" << M << " config " << name << ": output " << i << " written past its rows";
+        begin += n;
+      }
+    }
+  }
+}
+
+TEST(GemmCudaSplit, OutputsMatchOneGemmBitwise) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  // V4-Flash's compressed-sparse-attention layer: wq_a, wkv, compressor, indexer compressor and
+  // indexer weights; then the MoE block's shared expert + router; then odd small widths.
+  check_split({1024, 512, 2048, 512, 64}, 4096);
+  check_split({4096, 32}, 4096);
+  check_split({256, 512, 12}, 200);  // K not a multiple of 64: the mma.sync tiles only
+}
+
+TEST(GemmCudaSplit, SaysWhenItMatchesSeparateGemms) {
+  // V4-Flash's widths get their own K slicing (4 slices of 1024 at K = 4096) inside the sum too.
+  const int attention[] = {1024, 512, 2048, 512, 64}, moe[] = {4096, 32};
+  EXPECT_TRUE(gemm_split_matches_separate(4096, attention, 5));
+  EXPECT_TRUE(gemm_split_matches_separate(4096, moe, 2));
+  // A wide weight is cut in fewer slices than a narrow one (8256 columns: 2 slices; 64: 4).
+  const int wide_and_narrow[] = {8192, 64};
+  EXPECT_FALSE(gemm_split_matches_separate(4096, wide_and_narrow, 2));
+  // Layout rules: all but the last a multiple of 256, every one a multiple of 4, at most 6.
+  const int unaligned[] = {100, 256}, odd_last[] = {256, 6}, seven[] = {256, 256, 256, 256, 256, 256, 256};
+  EXPECT_FALSE(gemm_split_matches_separate(4096, unaligned, 2));
+  EXPECT_FALSE(gemm_split_matches_separate(4096, odd_last, 2));
+  EXPECT_FALSE(gemm_split_matches_separate(4096, seven, 7));
+}
+
 }  // namespace
 }  // namespace deepinfer::backend::cuda

@@ -289,6 +289,40 @@ TEST(CudaOps, RopeMatchesCpuBackend) {
   }
 }
 
+// rope_to_bf16 (the exact-numerics indexer queries) is rope then to_bf16, bit for bit, and leaves x alone.
+TEST(CudaOps, RopeToBf16IsRopeThenCastBitwise) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int M, heads, head_dim, rope_dim;
+    size_t offset;  // 1: unaligned rows (scalar loads and stores)
+  };
+  for (const Case& c : {Case{130, 64, 128, 64, 0}, Case{1, 64, 128, 64, 0}, Case{3, 1, 512, 64, 0},
+                        Case{5, 3, 10, 4, 0}, Case{4, 2, 6, 6, 0}, Case{6, 64, 128, 64, 1}}) {
+    const std::string what = "rope_to_bf16 M " + std::to_string(c.M) + " heads " + std::to_string(c.heads) +
+                             " head_dim " + std::to_string(c.head_dim) + (c.offset ? " unaligned" : "");
+    const size_t count = static_cast<size_t>(c.M) * c.heads * c.head_dim;
+    const std::vector<float> x = random_floats(count, -3.0f, 3.0f, c.head_dim + c.M);
+    std::vector<float> freq;
+    for (int i = 0; i < c.rope_dim / 2; ++i)
+      freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rope_dim)));
+    std::vector<int64_t> pos(c.M);
+    for (int t = 0; t < c.M; ++t) pos[t] = 53 * t + (t == 0 ? 1000003 : 0);
+    DeviceBuffer<float> d_freq(freq), d_sep(x, c.offset), d_fused(x, c.offset);
+    DeviceBuffer<int64_t> d_pos(pos);
+    DeviceBuffer<uint16_t> d_sep_bf(count, c.offset), d_fused_bf(count, c.offset);
+    rope(d_sep.get(), c.M, c.heads, c.head_dim, d_pos.get(), d_freq.get(), c.rope_dim, 1.25f, false, nullptr);
+    to_bf16(d_sep.get(), count, as_bf16(d_sep_bf), nullptr);
+    rope_to_bf16(d_fused.get(), c.M, c.heads, c.head_dim, d_pos.get(), d_freq.get(), c.rope_dim, 1.25f,
+                 as_bf16(d_fused_bf), nullptr);
+    sync();
+    const std::vector<uint16_t> want = d_sep_bf.download(), got = d_fused_bf.download();
+    size_t differ = 0;
+    for (size_t i = 0; i < count; ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0u) << what;
+    EXPECT_EQ(d_fused.download(), x) << what << ": x must be left unchanged";
+  }
+}
+
 // norm_rope against its definition: rms_norm, (round_bf16), rope and to_bf16 run one after another
 // on the GPU. The fused pass may contract the rotation's multiply-adds differently, so each output
 // is within one bf16 ulp of the separate passes' (most are equal); a row's bits do not depend on M.

@@ -101,7 +101,8 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_RETURN_IF_ERROR(A.alloc(&og, T * H * hd));
   DI_RETURN_IF_ERROR(A.alloc(&zo, T * G * R));
   DI_RETURN_IF_ERROR(A.alloc(&zo_bf, T * G * R));
-  DI_RETURN_IF_ERROR(A.alloc(&comp_ab, T * 4 * std::max(hd, ih)));
+  DI_RETURN_IF_ERROR(A.alloc(&comp_ab, T * 4 * hd));
+  DI_RETURN_IF_ERROR(A.alloc(&comp_ab_index, T * 4 * ih));
   DI_RETURN_IF_ERROR(A.alloc(&qi, T * nI * ih));
   DI_RETURN_IF_ERROR(A.alloc(&qi_bf, T * nI * ih));
   DI_RETURN_IF_ERROR(A.alloc(&wts, T * nI));
@@ -492,8 +493,23 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     hc_pre(X, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
            post, comb, hc_ws, s, &attn_norm);
     tap_bf(l, "attn_in", normed, static_cast<size_t>(T) * D);
+    // Exact numerics: every projection of `normed` in one launch (DevLayer::attn_in). Release keeps
+    // them apart: a quantized weight's input is FP8-rounded first, some run on the FP8 tensor cores.
+    const bool split_in = !rel && L.attn_in_split && T <= kSplitMaxRows;
+    if (split_in) {
+      GemmOutput outs[5];
+      int n = 0;
+      outs[n++] = {qr, c.q_lora_rank};
+      outs[n++] = {kv, hd};
+      if (L.has_compressor) outs[n++] = {comp_ab, 2 * L.compressor.width};
+      if (L.has_indexer) {
+        outs[n++] = {comp_ab_index, 2 * L.index_compressor.width};
+        outs[n++] = {wts, c.index_n_heads};
+      }
+      gemm_split(normed, T, D, L.attn_in, outs, n, s);
+    }
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
-    proj(normed, T, D, L.wq_a, c.q_lora_rank, qr);
+    if (!split_in) proj(normed, T, D, L.wq_a, c.q_lora_rank, qr);
     rb(qr, static_cast<size_t>(T) * c.q_lora_rank);
     rms_norm(qr, T, c.q_lora_rank, L.q_norm, eps, nullptr, qr_bf, s);
     tap_bf(l, "qr", qr_bf, static_cast<size_t>(T) * c.q_lora_rank);
@@ -508,15 +524,16 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
     tap_bf(l, "q", q_bf, static_cast<size_t>(T) * H * hd);
     // The shared KV head.
-    proj(normed, T, D, L.wkv, hd, kv);
+    if (!split_in) proj(normed, T, D, L.wkv, hd, kv);
     rb(kv, static_cast<size_t>(T) * hd);
     norm_rope(kv, T, 1, hd, L.kv_norm, eps, rel, st.pos, rope_t, rd, rope_f, kv, kv_bf, s);
     tap_bf(l, "kv", kv_bf, static_cast<size_t>(T) * hd);
     // Compressed rows of windows that close in this step (DeepSeekV4::compress).
     auto run_compressor = [&](const DevCompressor& dc, const model::CompressorSlotLayout& sl, const CompressPlan& cp,
                               size_t page_offset, int dims, bool index_key) {
+      float* const ab = index_key ? comp_ab_index : comp_ab;
       CompressorView cv;
-      cv.ab = comp_ab;
+      cv.ab = ab;
       cv.ape = dc.ape;
       cv.ratio = dc.ratio;
       cv.head = dc.head;
@@ -526,7 +543,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       cv.buf_gate = sl.buf_gate;
       cv.prev_kv = sl.prev_kv;
       cv.prev_gate = sl.prev_gate;
-      gemm(normed, T, D, dc.wkv_gate.w, 2 * dc.width, comp_ab, s);
+      if (!split_in) gemm(normed, T, D, dc.wkv_gate.w, 2 * dc.width, ab, s);
       const int R = static_cast<int>(cp.rows.size());
       const NewRow* d_rows = meta_ptr<NewRow>(cp.off_rows);
       compress_pool(st, cv, d_rows, R, fresh, s);
@@ -535,9 +552,9 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       if (R == 0) return;
       const size_t n = static_cast<size_t>(R) * dims;
       rb(fresh, n);
-      rms_norm(fresh, R, dims, dc.norm, eps, fresh, nullptr, s);
-      rb(fresh, n);
-      rope(fresh, R, 1, dims, meta_ptr<int64_t>(cp.off_pos), rope_compress, rd, rope_compress_factor, false, s);
+      // Norm, (release) bf16 rounding and RoPE of the new rows in one pass.
+      norm_rope(fresh, R, 1, dims, dc.norm, eps, rel, meta_ptr<int64_t>(cp.off_pos), rope_compress, rd,
+                rope_compress_factor, fresh, nullptr, s);
       if (index_key && rel) {  // indexer keys are Hadamard-rotated under release numerics
         round_bf16(fresh, n, s);
         hadamard_rows_bf16(fresh, R, dims, 1.0f / std::sqrt(static_cast<float>(dims)), s);
@@ -563,15 +580,17 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         run_compressor(L.index_compressor, CL.index_compressor, cp, CL.index_keys, ih, true);
         proj(qr_bf, T, c.q_lora_rank, L.index_wq_b, nI * ih, qi);
         const size_t nq = static_cast<size_t>(T) * nI * ih;
-        rb(qi, nq);
-        rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, s);
         if (rel) {  // rotated like the keys
           round_bf16(qi, nq, s);
+          rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, s);
+          round_bf16(qi, nq, s);
           hadamard_rows_bf16(qi, T * nI, ih, 1.0f / std::sqrt(static_cast<float>(ih)), s);
+          to_bf16(qi, nq, qi_bf, s);
+        } else {
+          rope_to_bf16(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, qi_bf, s);
         }
-        to_bf16(qi, nq, qi_bf, s);
         tap_bf(l, "iq", qi_bf, nq);
-        gemm(normed, T, D, L.index_weights_proj.w, nI, wts, s);
+        if (!split_in) gemm(normed, T, D, L.index_weights_proj.w, nI, wts, s);
         if (rel) {  // both scales folded into the weights, in bf16 (the official code's order)
           round_bf16(wts, static_cast<size_t>(T) * nI, s);
           scale_rows(wts, static_cast<size_t>(T) * nI,
@@ -633,8 +652,12 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       rope(o, T, H, hd, st.pos, rope_t, rd, rope_f, true, s);
       split_groups(o, T, G, gw, og, s);
     }
-    grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo, s);
-    merge_groups(zo, T, G, OR, zo_bf, s);
+    if (T == 1) {  // [G, 1, OR] is [1, G OR]: the GEMM's bf16 output (round to nearest even, as merge_groups) in place
+      grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G, gw, L.wo_a[0].w, OR, zo_bf, s);
+    } else {
+      grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo, s);
+      merge_groups(zo, T, G, OR, zo_bf, s);
+    }
     tap_bf(l, "zo", zo_bf, static_cast<size_t>(T) * G * OR);
     proj(zo_bf, T, G * OR, L.wo_b, D, sub_out);
     rb(sub_out, static_cast<size_t>(T) * D);
@@ -651,7 +674,14 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
     const int inter_s = c.shared_intermediate();
     const float limit = static_cast<float>(c.swiglu_limit);
-    gemm(normed, T, D, L.gate.w, E, gate_logits, s);
+    // Exact numerics: the shared expert's w13 and the router in one launch (DevLayer::ffn_in).
+    const bool split_ffn = !rel && L.ffn_in_split && T <= kSplitMaxRows;
+    if (split_ffn) {
+      const GemmOutput outs[2] = {{gu_s, 2 * inter_s}, {gate_logits, E}};
+      gemm_split(normed, T, D, L.ffn_in, outs, 2, s);
+    } else {
+      gemm(normed, T, D, L.gate.w, E, gate_logits, s);
+    }
     const Scoring scoring = c.scoring_func == model::ScoringFunc::kSqrtSoftplus ? Scoring::kSqrtSoftplus
                             : c.scoring_func == model::ScoringFunc::kSigmoid   ? Scoring::kSigmoid
                                                                                 : Scoring::kSoftmax;
@@ -662,7 +692,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     if (!rel) {
       // The shared expert before the routed ones (the order the L2 prefetch experiment needed,
       // docs/perf/cuda.md, and the order the 2026-12-06 H200 figures ran; the same bits either way).
-      gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
+      if (!split_ffn) gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
       swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
       gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
       moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);

@@ -81,6 +81,13 @@ struct DevHyperConn {
   float* scale = nullptr;
 };
 
+// Steps of at most this many tokens run a layer's same-input projections as one gemm_split
+// (DevLayer::attn_in). H100, v4-mid, A/B inside one call, each variant with the same GEMM library:
+// all three sets split against none, batch 1 -4.6%, batch 64 -2.5%; the q up-projections (wq_b +
+// the indexer's wq_b) gained nothing at any batch and cost 2.4% at batch 256, so they stay apart;
+// at a 4k prefill every set cost 0.3-1.2% (separate calls already fill the GPU there).
+constexpr int kSplitMaxRows = 256;
+
 struct DevLayer {
   DevHyperConn hc_attn, hc_ffn;
   float *attn_norm = nullptr, *ffn_norm = nullptr;
@@ -97,6 +104,15 @@ struct DevLayer {
   // to back from w13[0].w / w2[0].w (grouped_gemm_stacked: one TMA descriptor covers every expert).
   std::vector<DevMatrix> w13, w2;
   DevMatrix shared_w13, shared_w2;
+  // The projections of the attention block's normed rows stored back to back from attn_in: wq_a,
+  // wkv, then (if present) compressor.wkv_gate, index_compressor.wkv_gate, index_weights_proj; and
+  // the MoE block's from ffn_in: shared_w13, then gate. Where *_split (gemm_split's layout rules
+  // hold and it gives each projection's own bits, gemm.h), exact numerics run a set as one
+  // gemm_split at steps of at most kSplitMaxRows tokens: one launch streams them all (at one token
+  // five small projections otherwise cost five launches' latency); larger steps run them apart.
+  bf16* attn_in = nullptr;
+  bf16* ffn_in = nullptr;
+  bool attn_in_split = false, ffn_in_split = false;
 };
 
 // Where the step's metadata sits inside the packed buffer (byte offsets).
@@ -157,7 +173,7 @@ struct CudaModel::Impl {
   float* act_fp8_scales = nullptr;  // ... and its per-128 scales [T, K / 128]
   float *qr = nullptr, *q = nullptr, *kv = nullptr, *o = nullptr, *zo = nullptr;
   bf16 *qr_bf = nullptr, *q_bf = nullptr, *kv_bf = nullptr, *og = nullptr, *zo_bf = nullptr;
-  float *comp_ab = nullptr, *fresh = nullptr;
+  float *comp_ab = nullptr, *comp_ab_index = nullptr, *fresh = nullptr;  // compressor, indexer compressor
   float *qi = nullptr, *wts = nullptr, *scores = nullptr;
   bf16* qi_bf = nullptr;
   int* selected = nullptr;

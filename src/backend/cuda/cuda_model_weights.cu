@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_model_impl.h"
 #include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/kv_fp8.h"
 #include "backend/cuda/release_kernels.h"
 #include "backend/cuda/v4_kernels.h"
@@ -55,15 +56,24 @@ Status CudaModel::Impl::allocate() {
     DI_RETURN_IF_ERROR(A.alloc(&hp.base, static_cast<size_t>(mixes)));
     return A.alloc(&hp.scale, 3);
   };
-  auto compressor = [&](DevCompressor& cp, int ratio, int head, bool overlap) -> Status {
+  // A matrix at `at` inside a block allocated for several (see DevLayer::attn_in), `at` moved past it.
+  auto carve = [](DevMatrix& m, int rows, int cols, bf16*& at) {
+    m.rows = rows;
+    m.cols = cols;
+    m.w = at;
+    at += static_cast<size_t>(rows) * cols;
+  };
+  const auto compressor_width = [](int head, bool overlap) { return overlap ? 2 * head : head; };
+  auto compressor = [&](DevCompressor& cp, int ratio, int head, bool overlap, bf16*& at) -> Status {
     cp.ratio = ratio;
     cp.head = head;
     cp.overlap = overlap;
-    cp.width = overlap ? 2 * head : head;
-    DI_RETURN_IF_ERROR(mat(cp.wkv_gate, 2 * cp.width, D));
+    cp.width = compressor_width(head, overlap);
+    carve(cp.wkv_gate, 2 * cp.width, D, at);
     DI_RETURN_IF_ERROR(A.alloc(&cp.ape, static_cast<size_t>(ratio) * cp.width));
     return A.alloc(&cp.norm, static_cast<size_t>(head));
   };
+
   DI_RETURN_IF_ERROR(A.alloc(&embed_table, static_cast<size_t>(c.vocab_size) * D));
   DI_RETURN_IF_ERROR(mat(head, c.vocab_size, D));
   DI_RETURN_IF_ERROR(A.alloc(&final_norm, static_cast<size_t>(D)));
@@ -78,25 +88,40 @@ Status CudaModel::Impl::allocate() {
     DI_RETURN_IF_ERROR(hyper(L.hc_ffn, mixes));
     DI_RETURN_IF_ERROR(A.alloc(&L.attn_norm, static_cast<size_t>(D)));
     DI_RETURN_IF_ERROR(A.alloc(&L.ffn_norm, static_cast<size_t>(D)));
-    DI_RETURN_IF_ERROR(mat(L.wq_a, c.q_lora_rank, D));
+    const AttentionKind kind = c.layer_kinds[l];
+    L.has_compressor = kind != AttentionKind::kSliding;
+    L.has_indexer = kind == AttentionKind::kCsa;
+    const int comp_rows = L.has_compressor ? 2 * compressor_width(hd, kind == AttentionKind::kCsa) : 0;
+    const int index_rows = L.has_indexer ? 2 * compressor_width(c.index_head_dim, true) : 0;
+    const int index_heads = L.has_indexer ? c.index_n_heads : 0;
+    const size_t attn_in_rows = static_cast<size_t>(c.q_lora_rank) + hd + comp_rows + index_rows + index_heads;
+    bf16* at = nullptr;
+    DI_RETURN_IF_ERROR(A.alloc(&at, attn_in_rows * D));
+    L.attn_in = at;
+    {
+      int widths[5] = {c.q_lora_rank, hd}, n = 2;
+      if (L.has_compressor) widths[n++] = comp_rows;
+      if (L.has_indexer) {
+        widths[n++] = index_rows;
+        widths[n++] = index_heads;
+      }
+      L.attn_in_split = gemm_split_matches_separate(D, widths, n);
+    }
+    carve(L.wq_a, c.q_lora_rank, D, at);
+    carve(L.wkv, hd, D, at);
+    if (L.has_compressor)
+      DI_RETURN_IF_ERROR(compressor(L.compressor, c.compress_ratio[l], hd, kind == AttentionKind::kCsa, at));
+    if (L.has_indexer) {
+      DI_RETURN_IF_ERROR(compressor(L.index_compressor, c.compress_ratio[l], c.index_head_dim, true, at));
+      carve(L.index_weights_proj, c.index_n_heads, D, at);
+      DI_RETURN_IF_ERROR(mat(L.index_wq_b, c.index_n_heads * c.index_head_dim, c.q_lora_rank));
+    }
     DI_RETURN_IF_ERROR(A.alloc(&L.q_norm, static_cast<size_t>(c.q_lora_rank)));
     DI_RETURN_IF_ERROR(mat(L.wq_b, H * hd, c.q_lora_rank));
-    DI_RETURN_IF_ERROR(mat(L.wkv, hd, D));
     DI_RETURN_IF_ERROR(A.alloc(&L.kv_norm, static_cast<size_t>(hd)));
     DI_RETURN_IF_ERROR(stacked(L.wo_a, G, c.o_lora_rank, gw));
     DI_RETURN_IF_ERROR(mat(L.wo_b, D, G * c.o_lora_rank));
     DI_RETURN_IF_ERROR(A.alloc(&L.sinks, static_cast<size_t>(H)));
-    const AttentionKind kind = c.layer_kinds[l];
-    L.has_compressor = kind != AttentionKind::kSliding;
-    L.has_indexer = kind == AttentionKind::kCsa;
-    if (L.has_compressor)
-      DI_RETURN_IF_ERROR(compressor(L.compressor, c.compress_ratio[l], hd, kind == AttentionKind::kCsa));
-    if (L.has_indexer) {
-      DI_RETURN_IF_ERROR(compressor(L.index_compressor, c.compress_ratio[l], c.index_head_dim, true));
-      DI_RETURN_IF_ERROR(mat(L.index_wq_b, c.index_n_heads * c.index_head_dim, c.q_lora_rank));
-      DI_RETURN_IF_ERROR(mat(L.index_weights_proj, c.index_n_heads, D));
-    }
-    DI_RETURN_IF_ERROR(mat(L.gate, c.n_routed_experts, D));
     if (c.hash_moe[l])
       DI_RETURN_IF_ERROR(A.alloc(&L.tid2eid, static_cast<size_t>(c.vocab_size) * c.num_experts_per_tok));
     else
@@ -104,7 +129,14 @@ Status CudaModel::Impl::allocate() {
     const int E = c.n_routed_experts;
     DI_RETURN_IF_ERROR(stacked(L.w13, E, 2 * inter, D));
     DI_RETURN_IF_ERROR(stacked(L.w2, E, D, inter));
-    DI_RETURN_IF_ERROR(mat(L.shared_w13, 2 * inter_s, D));
+    DI_RETURN_IF_ERROR(A.alloc(&at, static_cast<size_t>(2 * inter_s + c.n_routed_experts) * D));
+    L.ffn_in = at;
+    {
+      const int widths[2] = {2 * inter_s, c.n_routed_experts};
+      L.ffn_in_split = gemm_split_matches_separate(D, widths, 2);
+    }
+    carve(L.shared_w13, 2 * inter_s, D, at);
+    carve(L.gate, c.n_routed_experts, D, at);
     DI_RETURN_IF_ERROR(mat(L.shared_w2, D, inter_s));
   }
   // RoPE tables (the CPU backend's fp32 computation).

@@ -131,7 +131,7 @@ struct GemmParams {
   const bf16* const* group_weights;  // [G] device pointers (grouped), or nullptr (stacked weights)
   long long group_stride;            // stacked: elements between consecutive groups' weights (N * K)
   const int* row_offsets;            // [G + 1] device (grouped)
-  void* y;                           // [rows, N], float or bf16
+  OutTarget out;                     // y [rows, N] (float or bf16), or gemm_split's column runs
   int M, N, K;                       // M: rows (dense) / unused (grouped)
   int num_groups;
   int num_chunks, slice_chunks, num_slices;
@@ -344,8 +344,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
       mma_tile(t % kStages, valid);  // the last tile of K
   }
 
-  OutT* y = static_cast<OutT*>(p.y);
-
   if constexpr (kFold) {
     if (p.num_slices > 1) {  // fold the last slice's partial
 #pragma unroll
@@ -367,6 +365,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     }
   }
 
+  const TileOut<OutT> out_tile = tile_output<OutT>(p.out, N, n_begin);  // once per tile
+
   if constexpr (kCluster) {
     if (p.num_slices > 1) {
       // Partial of this slice -> own shared memory [BM][kPartialStride] fp32 (pipeline buffers reused).
@@ -384,8 +384,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
         }
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();  // all partials of the cluster written and visible
-      sum_cluster_partials<BM, BN, Cfg::kPartialStride, kThreads>(cluster, partial, p.num_slices, slice, row_begin,
-                                                                   row_end, n_begin, N, y);
+      sum_cluster_partials<BM, BN, Cfg::kPartialStride, kThreads, OutT>(cluster, partial, p.num_slices, slice,
+                                                                        row_begin, row_end, n_begin, N, out_tile);
       cluster.sync();  // keep this CTA's shared memory alive until every rank has read it
       return;
     }
@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
       for (int h = 0; h < 2; ++h) {
         const int m = row_begin + warp_m0 + i * 16 + (lane >> 2) + h * 8;
         if (m >= row_end || n >= N) continue;
-        OutT* out = y + static_cast<size_t>(m) * N + n;
+        OutT* out = out_tile.at(m, n);
         if (pair_store && n + 1 < N) {
           store_two(out, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
         } else {
@@ -549,7 +549,7 @@ void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_row
   pr.K = p.K;
   pr.row_offsets = p.row_offsets;
   pr.num_groups = p.num_groups;
-  pr.y = p.y;
+  pr.out = p.out;
   pr.y_bf16 = std::is_same_v<OutT, bf16>;
   pr.slice_ktiles = plan.slice_chunks / 4;
   pr.num_slices = plan.num_slices;
@@ -586,7 +586,7 @@ void dispatch(int config, const GemmParams& p, const SlicePlan& plan, int groupe
 GemmParams make_params(const bf16* x, int K, int N, void* y, const SlicePlan& plan) {
   GemmParams p = {};
   p.x = x;
-  p.y = y;
+  p.out.y = y;
   p.N = N;
   p.K = K;
   p.num_chunks = plan.num_chunks;
@@ -595,16 +595,48 @@ GemmParams make_params(const bf16* x, int K, int N, void* y, const SlicePlan& pl
   return p;
 }
 
+// `split`: gemm_split's column runs (y unused), or nullptr for the plain [M, N] output y.
 template <class OutT>
-void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, OutT* y, cudaStream_t stream) {
+void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, OutT* y, cudaStream_t stream,
+               const OutTarget* split = nullptr) {
   if (M <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
   const bool tma = wgmma_path::usable(x, W, K);
   if (config < 0) config = choose_config(M, M, 0, N, plan, tma);
   GemmParams p = make_params(x, K, N, y, plan);
+  if (split != nullptr) p.out = *split;
   p.M = M;
   p.w = W;
   dispatch<OutT, false>(legal_config(config, plan, tma), p, plan, 0, stream);
+}
+
+// gemm_split's layout rules (gemm.h): 1..kMaxOutputRuns widths, each a positive multiple of 4, all
+// but the last a multiple of kOutputRunAlign.
+bool split_layout_ok(const int* widths, int count) {
+  if (count < 1 || count > kMaxOutputRuns) return false;
+  for (int i = 0; i < count; ++i)
+    if (widths[i] <= 0 || widths[i] % 4 != 0 || (i + 1 < count && widths[i] % kOutputRunAlign != 0)) return false;
+  return true;
+}
+
+void gemm_split_impl(int config, const bf16* x, int M, int K, const bf16* W, const GemmOutput* outputs, int count,
+                     cudaStream_t stream) {
+  int widths[kMaxOutputRuns] = {};
+  if (count < 1 || count > kMaxOutputRuns) fail("gemm_split: output count out of range", count);
+  for (int i = 0; i < count; ++i) widths[i] = outputs[i].n;
+  if (!split_layout_ok(widths, count)) fail("gemm_split: output widths break the layout rules of gemm.h", count);
+  OutTarget target;
+  target.runs = count;
+  int N = 0;
+  for (int i = 0; i < count; ++i) {
+    if (outputs[i].y == nullptr || (reinterpret_cast<uintptr_t>(outputs[i].y) & 15u) != 0)
+      fail("gemm_split: an output array must be 16-byte aligned", i);
+    target.run_begin[i] = N;
+    target.run_width[i] = outputs[i].n;
+    target.run_y[i] = outputs[i].y;
+    N += outputs[i].n;
+  }
+  gemm_impl<float>(config, x, M, K, W, N, nullptr, stream, &target);
 }
 
 int config_rows(int config) {
@@ -645,6 +677,21 @@ void gemm(const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStrea
 }
 void gemm(const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream_t stream) {
   gemm_impl(-1, x, M, K, W, N, y, stream);
+}
+void gemm_split(const bf16* x, int M, int K, const bf16* W, const GemmOutput* outputs, int count,
+                cudaStream_t stream) {
+  gemm_split_impl(-1, x, M, K, W, outputs, count, stream);
+}
+bool gemm_split_matches_separate(int K, const int* widths, int count) {
+  if (K <= 0 || !split_layout_ok(widths, count)) return false;
+  int N = 0;
+  for (int i = 0; i < count; ++i) N += widths[i];
+  const SlicePlan whole = plan_slices(N, K);
+  for (int i = 0; i < count; ++i) {
+    const SlicePlan own = plan_slices(widths[i], K);
+    if (own.slice_chunks != whole.slice_chunks || own.num_slices != whole.num_slices) return false;
+  }
+  return true;
 }
 void grouped_gemm(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* const* weights,
                   int N, float* y, cudaStream_t stream) {
@@ -690,6 +737,10 @@ void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, in
 }
 void gemm_with_config(int config, const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream_t stream) {
   gemm_impl(config, x, M, K, W, N, y, stream);
+}
+void gemm_split_with_config(int config, const bf16* x, int M, int K, const bf16* W, const GemmOutput* outputs,
+                            int count, cudaStream_t stream) {
+  gemm_split_impl(config, x, M, K, W, outputs, count, stream);
 }
 void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                               const bf16* const* weights, int N, float* y, cudaStream_t stream) {

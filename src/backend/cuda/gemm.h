@@ -24,6 +24,25 @@ using bf16 = __nv_bfloat16;
 void gemm(const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream);
 void gemm(const bf16* x, int M, int K, const bf16* W, int N, bf16* y, cudaStream_t stream);
 
+// Several projections of the same input in one GEMM: W is the row-wise concatenation of weights
+// W_0 .. W_{count-1} ([n_i, K] each, so W is [sum n_i, K]) and outputs[i].y ([M, n_i] fp32, row
+// stride n_i) receives x W_i^T. One launch streams every weight (at one token, five small
+// projections otherwise cost five launches' latency). Bitwise what gemm() of x and the whole W
+// gives, column run by column run, for any M. Layout rules (violations abort: programming errors):
+// 1 <= count <= 6; every n_i a positive multiple of 4 and all but the last a multiple of 256; every
+// y 16-byte aligned.
+struct GemmOutput {
+  float* y;
+  int n;
+};
+void gemm_split(const bf16* x, int M, int K, const bf16* W, const GemmOutput* outputs, int count,
+                cudaStream_t stream);
+// True when `widths` meets the layout rules above and every output of gemm_split is bitwise what
+// gemm() of its own weight W_i alone gives (the K reduction order depends on (N, K) only, and these
+// widths get the same one as their sum). Then a caller may pick either form call by call (e.g. by
+// M) and stay batch invariant.
+bool gemm_split_matches_separate(int K, const int* widths, int count);
+
 // Grouped GEMM (MoE experts): group g owns rows [row_offsets[g], row_offsets[g + 1]) of x and y
 // and multiplies them by weights[g] ([N, K]). row_offsets (G + 1 ints) and weights (G pointers) are
 // DEVICE arrays written by earlier kernels, so the host never waits for the routing; max_rows is a

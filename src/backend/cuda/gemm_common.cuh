@@ -3,6 +3,8 @@
 // GEMM library; device code needs sm_80+ (cp.async, ldmatrix), all of it present on sm_90.
 #pragma once
 
+#include "backend/cuda/gemm_output.h"
+
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -65,16 +67,29 @@ __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepco
 __device__ __forceinline__ void allow_dependent_launch() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
+// Output stores (global memory). The pair and quad forms are explicit vector instructions: an
+// aggregate store through a float2* may be split into scalar stores when the compiler loses the
+// pointer's alignment, which cost the fp32-output epilogues up to a third of their time (2026-12-05:
+// the 128 x 256 tile's 4k-prefill q up-projection 2.26 -> 3.35 ms). p must be 8 (pair) or 16 (quad)
+// byte aligned, as the callers' (even / multiple-of-4 column, even / multiple-of-4 row stride) are.
 __device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_one(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store_two(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ __forceinline__ void store_two(bf16* p, float a, float b) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+__device__ __forceinline__ void store_two(float* p, float a, float b) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
-__device__ __forceinline__ void store_four(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ void store_two(bf16* p, float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  asm volatile("st.global.b32 [%0], %1;\n" ::"l"(p), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+}
+__device__ __forceinline__ void store_four(float* p, float4 v) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
 __device__ __forceinline__ void store_four(bf16* p, float4 v) {
-  store_two(p, v.x, v.y);
-  store_two(p + 2, v.z, v.w);
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" ::"l"(p), "r"(*reinterpret_cast<const uint32_t*>(&lo)),
+               "r"(*reinterpret_cast<const uint32_t*>(&hi))
+               : "memory");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -148,15 +163,35 @@ __device__ bool locate_group_rows(const int* row_offsets, int num_groups, int bm
 }
 
 // ---------------------------------------------------------------------------------------------
+// One tile's output (resolved once per tile from an OutTarget, gemm_output.h): element (m, n) at
+// y[m * ld + n - col0]. A plain target gives (y, N, 0); gemm_split's the run holding the tile.
+template <class OutT>
+struct TileOut {
+  OutT* y;
+  int ld, col0;
+  __device__ __forceinline__ OutT* at(int m, int n) const { return y + static_cast<size_t>(m) * ld + (n - col0); }
+};
+template <class OutT>
+__device__ __forceinline__ TileOut<OutT> tile_output(const OutTarget& t, int N, int n_begin) {
+  TileOut<OutT> o{static_cast<OutT*>(t.y), N, 0};
+#pragma unroll
+  for (int j = 0; j < kMaxOutputRuns; ++j)
+    if (j < t.runs && n_begin >= t.run_begin[j]) o = {static_cast<OutT*>(t.run_y[j]), t.run_width[j], t.run_begin[j]};
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The slice partials of a cluster meet (the tiles that spread K slices over the CTAs of a
 // thread-block cluster): the CTA of rank `rank` sums rows [rank * ceil(BM / S), ...) of the BM x BN
 // tile over the partials of ranks 0..S-1 in rank order, starting from zero (the register fold's
-// order), and stores the rows that exist (row_begin + r < row_end, n_begin + c < N). `partial` is
+// order), and stores the rows that exist (row_begin + r < row_end, n_begin + c < N) through the
+// tile's output (a plain [rows, N] array is TileOut{y, N, 0}). `partial` is
 // this CTA's [BM][kStride] fp32 tile in shared memory; call it between two cluster.sync()s (the
 // first makes every partial visible, the second keeps them alive until every rank has read them).
 template <int BM, int BN, int kStride, int kThreads, class OutT>
 __device__ void sum_cluster_partials(cooperative_groups::cluster_group& cluster, float* partial, int num_slices,
-                                     int rank, int row_begin, int row_end, int n_begin, int N, OutT* y) {
+                                     int rank, int row_begin, int row_end, int n_begin, int N,
+                                     const TileOut<OutT>& out_tile) {
   const int tid = static_cast<int>(threadIdx.x);
   const int rows_per_rank = (BM + num_slices - 1) / num_slices;
   const int r0 = rank * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
@@ -175,7 +210,7 @@ __device__ void sum_cluster_partials(cooperative_groups::cluster_group& cluster,
       sum.z = __fadd_rn(sum.z, v.z);
       sum.w = __fadd_rn(sum.w, v.w);
     }
-    OutT* out = y + static_cast<size_t>(m) * N + n;
+    OutT* out = out_tile.at(m, n);
     if (vector_store && n + 3 < N) {
       store_four(out, sum);
     } else {

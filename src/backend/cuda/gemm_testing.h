@@ -19,6 +19,8 @@ void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets,
                               const bf16* const* weights, int N, float* y, cudaStream_t stream);
 void grouped_gemm_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                               const bf16* const* weights, int N, bf16* y, cudaStream_t stream);
+void gemm_split_with_config(int config, const bf16* x, int M, int K, const bf16* W, const GemmOutput* outputs,
+                            int count, cudaStream_t stream);
 
 void grouped_gemm_stacked_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                                       const bf16* stacked, int N, float* y, cudaStream_t stream);

@@ -92,7 +92,7 @@ using CfgM64N128Fold = Config<1, 128, Mode::kFold, 200>;
 
 struct Params {
   const int* row_offsets;  // grouped: [G + 1]
-  void* y;
+  OutTarget out;
   int M;  // dense rows
   int N, K, num_groups;
   int num_ktiles, slice_ktiles, num_slices;
@@ -298,10 +298,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Dense: y may still be read by a predecessor until it completes (a no-op once the producer's
   // wait returned, which every consumer's first full barrier already implies; cheap insurance).
   if constexpr (!kGrouped) grid_dependency_wait();
-  OutT* const y = static_cast<OutT*>(p.y);
   const int lane = tid & 31, warp_in_group = (tid >> 5) & 3;
   const int frag_row = warpgroup * 64 + warp_in_group * 16 + (lane >> 2);  // + 8 h
   const int frag_col = (lane & 3) * 2;                                      // + 8 j + 128 b
+
+  const TileOut<OutT> out_tile = tile_output<OutT>(p.out, N, n_begin);  // once per tile
 
   if constexpr (kCluster) {
     if (p.num_slices > 1) {
@@ -321,8 +322,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();  // every partial of the cluster written and visible
-      sum_cluster_partials<BM, BN, Cfg::kPartialStride, kThreads>(cluster, partial, p.num_slices, slice, row_begin,
-                                                                   row_end, n_begin, N, y);
+      sum_cluster_partials<BM, BN, Cfg::kPartialStride, kThreads, OutT>(cluster, partial, p.num_slices, slice,
+                                                                        row_begin, row_end, n_begin, N, out_tile);
       cluster.sync();  // keep this CTA's shared memory alive until every rank has read it
       return;
     }
@@ -340,7 +341,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int h = 0; h < 2; ++h) {
         const int m = row_begin + frag_row + 8 * h;
         if (m >= row_end || n >= N) continue;
-        OutT* out = y + static_cast<size_t>(m) * N + n;
+        OutT* out = out_tile.at(m, n);
         const float v0 = acc[b][4 * j + 2 * h], v1 = acc[b][4 * j + 2 * h + 1];
         if (pair_store) {
           store_two(out, v0, v1);
@@ -378,7 +379,7 @@ void launch(const Problem& pr, cudaStream_t stream) {
   opt_in_shared_memory(kernel, Cfg::kSmemBytes, smem_attribute_devices);
   Params p = {};
   p.row_offsets = pr.row_offsets;
-  p.y = pr.y;
+  p.out = pr.out;
   p.M = pr.x_rows;
   p.N = pr.N;
   p.K = pr.K;

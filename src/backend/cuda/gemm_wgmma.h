@@ -9,6 +9,8 @@
 // partial at zero and fold the partials as (((0 + p_0) + p_1) + ...) when there are several.
 #pragma once
 
+#include "backend/cuda/gemm_output.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -23,7 +25,7 @@ struct Problem {
   int N = 0, K = 0;
   const int* row_offsets = nullptr;  // grouped only: [G + 1] device offsets
   int num_groups = 0;                // 0: dense
-  void* y = nullptr;                 // [rows, N]
+  OutTarget out;                     // y [rows, N], or gemm_split's column runs
   bool y_bf16 = false;
   int slice_ktiles = 0;  // 64-wide k-tiles per slice (gemm.cu's slice_chunks / 4)
   int num_slices = 1;

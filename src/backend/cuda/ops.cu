@@ -156,13 +156,18 @@ __device__ __forceinline__ void warp_sum_halving(float (&v)[kN]) {
 
 // Sum of v over a block of kThreads threads, the same value in every thread: butterfly per warp,
 // then every thread adds the warp totals in warp order. `scratch` holds kThreads / 32 floats.
-template <int kThreads>
+// kBarrier: 0 for __syncthreads, else the id of a named barrier the threads 0 .. kThreads - 1 of a
+// larger block meet at (the same sum either way).
+template <int kThreads, int kBarrier = 0>
 __device__ float block_sum(float v, float* scratch) {
   static_assert(kThreads % 32 == 0);
   v = warp_sum(v);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
+  if constexpr (kBarrier == 0)
+    __syncthreads();
+  else  // a named barrier over threads 0 .. kThreads - 1 only (the CTA may hold more)
+    asm volatile("bar.sync %0, %1;\n" ::"n"(kBarrier), "n"(kThreads) : "memory");
   float total = 0.0f;
   for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
   return total;
@@ -298,8 +303,11 @@ __device__ __forceinline__ float2 rope_cos_sin(float inv_freq, float p, float at
   s *= attention_factor;
   return make_float2(c * attention_factor, inverse ? -s : s);
 }
+// The rotation with its contraction spelled out (one rounded product, then a fused multiply-add),
+// so every kernel that rotates (rope, rope_to_bf16, norm_rope) gives the same bits whatever the
+// compiler would contract in its context.
 __device__ __forceinline__ float2 rope_rotate(float2 ab, float2 cs) {
-  return make_float2(ab.x * cs.x - ab.y * cs.y, ab.y * cs.x + ab.x * cs.y);
+  return make_float2(__fmaf_rn(ab.x, cs.x, -__fmul_rn(ab.y, cs.y)), __fmaf_rn(ab.y, cs.x, __fmul_rn(ab.x, cs.y)));
 }
 
 __global__ void __launch_bounds__(kRopeThreads)
@@ -331,6 +339,38 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
 }
 
+// rope() then to_bf16 of the whole row, in one pass over the pairs of a token's row (x is read only).
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_to_bf16_kernel(const float* __restrict__ x, int heads, int head_dim, const int64_t* __restrict__ pos,
+                        const float* __restrict__ inv_freq, int rope_dim, float attention_factor, bf16* __restrict__ y,
+                        bool vec) {
+  pdl_prologue();
+  extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
+  const int half = rope_dim / 2;
+  const int m = static_cast<int>(blockIdx.x);
+  const float p = static_cast<float>(pos[m]);
+  for (int i = static_cast<int>(threadIdx.x); i < half; i += kRopeThreads) {
+    const float2 cs = rope_cos_sin(inv_freq[i], p, attention_factor, false);
+    cos_sin[i] = cs.x;
+    cos_sin[half + i] = cs.y;
+  }
+  __syncthreads();
+  const size_t row = static_cast<size_t>(m) * heads * head_dim;
+  const int pairs = head_dim / 2, plain = (head_dim - rope_dim) / 2;
+  for (int q = static_cast<int>(threadIdx.x); q < heads * pairs; q += kRopeThreads) {
+    const int i = q % pairs - plain;  // < 0: a pair outside the rotated dims
+    const float* v = x + row + 2 * static_cast<size_t>(q);
+    float2 ab = vec ? *reinterpret_cast<const float2*>(v) : make_float2(v[0], v[1]);
+    if (i >= 0) ab = rope_rotate(ab, make_float2(cos_sin[i], cos_sin[half + i]));
+    if (vec) {
+      *reinterpret_cast<__nv_bfloat162*>(y + row + 2 * static_cast<size_t>(q)) = __floats2bfloat162_rn(ab.x, ab.y);
+    } else {
+      y[row + 2 * static_cast<size_t>(q)] = __float2bfloat16_rn(ab.x);
+      y[row + 2 * static_cast<size_t>(q) + 1] = __float2bfloat16_rn(ab.y);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // mHC pre-mix and head collapse: two kernels.
 //
@@ -353,6 +393,7 @@ __global__ void __launch_bounds__(kRopeThreads)
 // an mma's output row is a function of that row of A (and B) alone.
 
 constexpr int kHcThreads = 256;
+constexpr int kCollapseBarrier = 1;  // hc_finish's named barrier for its collapse threads
 constexpr int kHcWarps = kHcThreads / 32;  // warp ranges a CTA adds up (hc_dots)
 constexpr int kHcWarpChunks = 16;          // chunks a warp range covers, about
 constexpr int kHcMaxSplits = 32;
@@ -635,8 +676,16 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
   }
 }
 
+// hc_finish's threads: kHcThreads collapse and norm the token's rows (rms_norm_kernel's threads
+// and reduction); hc_pre adds one warp that computes post and runs the Sinkhorn iterations beside
+// them (20 dependent iterations, ~4 us, that warp 0 used to run ahead of its share of the collapse).
+template <bool kHead>
+constexpr int hc_finish_threads() {
+  return kHead ? kHcThreads : kHcThreads + 32;
+}
+
 template <int HC, int kMix, bool kHead>
-__global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(HcArgs a) {
+__global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(HcArgs a) {
   pdl_prologue();
   constexpr int kVals = kMix + 1;
   __shared__ float total[kVals];
@@ -661,11 +710,12 @@ __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(HcArgs a) {
   }
   __syncthreads();
   if constexpr (!kHead) {
-    if (warp == 0) {
+    if (warp == kHcThreads / 32) {  // the extra warp: post and comb, then done
       const int lane = tid % 32;
       if (lane < HC)
         a.post[static_cast<size_t>(m) * HC + lane] = 2.0f * sigmoidf(fmaf(mixes[HC + lane], a.scale[1], a.base[HC + lane]));
       sinkhorn_warp<HC>(mixes, a.base, a.scale[2], a.iters, a.hc_eps, a.comb + static_cast<size_t>(m) * HC * HC);
+      return;
     }
   }
   // collapsed[m, d] = sum_i pre_i X[m, i, d].
@@ -682,9 +732,12 @@ __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(HcArgs a) {
   if (a.normed == nullptr) return;
   // The norm after the collapse, as rms_norm_kernel computes it (same threads, chunks and reduction,
   // hence the same bits): every thread reads back only the chunks it has just written.
+  // (The reduction's barrier is a named one over these kRmsThreads threads: the Sinkhorn warp may
+  // still be running, or have left.)
   static_assert(kHcThreads == kRmsThreads, "the fused norm reproduces rms_norm_kernel's reduction");
   __shared__ float scratch[kRmsThreads / 32];
-  const float ss = block_sum<kRmsThreads>(rms_partial_sum(out, a.D, a.norm_vec, tid, kRmsThreads), scratch);
+  const float ss =
+      block_sum<kRmsThreads, kCollapseBarrier>(rms_partial_sum(out, a.D, a.norm_vec, tid, kRmsThreads), scratch);
   rms_scale_store(out, static_cast<size_t>(m) * a.D, a.D, rms_scale(ss, a.D, a.out_norm_eps), a.norm_weight, nullptr,
                   a.normed, a.norm_vec, tid, kRmsThreads);
 }
@@ -1101,7 +1154,7 @@ void launch_hc(HcArgs a, cudaStream_t stream) {
     else
       launch_hc_dots<HC, kMix, 4, kHead>(a, stream);
   }
-  hc_finish_kernel<HC, kMix, kHead><<<static_cast<unsigned>(a.M), kHcThreads, 0, stream>>>(a);
+  hc_finish_kernel<HC, kMix, kHead><<<static_cast<unsigned>(a.M), hc_finish_threads<kHead>(), 0, stream>>>(a);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1281,6 +1334,15 @@ void rope(float* x, int M, int heads, int head_dim, const int64_t* pos, const fl
   const bool vec = head_dim % 2 == 0 && aligned(x, 8);
   rope_kernel<<<static_cast<unsigned>(M), kRopeThreads, rope_dim * sizeof(float), stream>>>(
       x, heads, head_dim, pos, inv_freq, rope_dim, attention_factor, inverse, vec);
+}
+
+void rope_to_bf16(const float* x, int M, int heads, int head_dim, const int64_t* pos, const float* inv_freq,
+                  int rope_dim, float attention_factor, bf16* y, cudaStream_t stream) {
+  if (M <= 0 || heads <= 0 || head_dim <= 0) return;
+  DI_CHECK(rope_dim % 2 == 0 && head_dim % 2 == 0 && rope_dim <= head_dim, "rope_dim %d, head_dim %d", rope_dim,
+           head_dim);
+  rope_to_bf16_kernel<<<static_cast<unsigned>(M), kRopeThreads, std::max(rope_dim, 2) * sizeof(float), stream>>>(
+      x, heads, head_dim, pos, inv_freq, rope_dim, attention_factor, y, aligned(x, 8) && aligned(y, 4));
 }
 
 void norm_rope(float* x, int M, int heads, int n, const float* weight, float eps, bool round_mid, const int64_t* pos,

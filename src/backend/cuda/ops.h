@@ -101,6 +101,11 @@ void hc_post_moe(float* X, const float* y, const int* row_of, const int* sel, co
                  int T, int K, int hc, int D, const float* post, const float* comb, bool round_o, bool round_x,
                  cudaStream_t stream);
 
+// rope(x, ..., inverse = false) then to_bf16 of the M rows into y [M, heads * head_dim], in one pass,
+// bitwise what the two give; x is left unchanged. head_dim and rope_dim even.
+void rope_to_bf16(const float* x, int M, int heads, int head_dim, const int64_t* pos, const float* inv_freq,
+                  int rope_dim, float attention_factor, bf16* y, cudaStream_t stream);
+
 // rms_norm (weight may be null) of each of the M * heads rows of n values (row stride n), then, when
 // round_mid, bf16 rounding, then RoPE of the trailing rope_dim values of row (t, h) at pos[t] (as
 // rope(), forward), written to y_f32 (may alias x) and/or y_bf16 (either may be null): what
