@@ -3,7 +3,9 @@
 # programmatic dependent launch), with Nsight Systems: every graph node's start and end, then
 # tools/gpu/timeline.py -> OUT_DIR/timeline.md (span, busy and idle time, idle time by the kernel
 # that waited, kernel time by kind). Unlike profile.sh (ncu: kernels serialized one by one), this
-# shows the gaps between kernels. Needs a built tree (tools/gpu/run_all.sh build) and nsys.
+# shows the gaps between kernels. Needs a built tree (tools/gpu/run_all.sh build) and a whole
+# Nsight Systems install: the device tool's H100 image (2026-12-06) has none, and the nsys inside
+# Nsight Compute's folder records a .qdstrm it cannot import.
 #
 #   tools/gpu/timeline.sh [OUT_DIR] [BUILD_DIR] [BATCHES]      (BATCHES default "1 64")
 set -uo pipefail
