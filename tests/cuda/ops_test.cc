@@ -84,6 +84,14 @@ Backend& cpu() {
   return *backend;
 }
 
+// The RoPE inverse frequencies of a rope_dim-wide rotation, theta 10000 (the tests' table).
+std::vector<float> rope_inv_freq(int rope_dim) {
+  std::vector<float> freq;
+  for (int i = 0; i < rope_dim / 2; ++i)
+    freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(rope_dim)));
+  return freq;
+}
+
 std::vector<float> random_floats(size_t n, float lo, float hi, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -260,8 +268,7 @@ TEST(CudaOps, RopeMatchesCpuBackend) {
       RopeTable table;
       table.rope_dim = c.rope_dim;
       table.attention_factor = inverse ? 1.0f : 1.25f;
-      for (int i = 0; i < c.rope_dim / 2; ++i)
-        table.inv_freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rope_dim)));
+      table.inv_freq = rope_inv_freq(c.rope_dim);
       std::vector<int64_t> pos(c.M);
       std::mt19937 rng(c.M + c.heads);
       for (int64_t& p : pos) p = static_cast<int64_t>(rng() % 40000);
@@ -302,9 +309,7 @@ TEST(CudaOps, RopeToBf16IsRopeThenCastBitwise) {
                              " head_dim " + std::to_string(c.head_dim) + (c.offset ? " unaligned" : "");
     const size_t count = static_cast<size_t>(c.M) * c.heads * c.head_dim;
     const std::vector<float> x = random_floats(count, -3.0f, 3.0f, c.head_dim + c.M);
-    std::vector<float> freq;
-    for (int i = 0; i < c.rope_dim / 2; ++i)
-      freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rope_dim)));
+    const std::vector<float> freq = rope_inv_freq(c.rope_dim);
     std::vector<int64_t> pos(c.M);
     for (int t = 0; t < c.M; ++t) pos[t] = 53 * t + (t == 0 ? 1000003 : 0);
     DeviceBuffer<float> d_freq(freq), d_sep(x, c.offset), d_fused(x, c.offset);
@@ -341,9 +346,7 @@ TEST(CudaOps, NormRopeIsTheSeparatePassesInOne) {
     const size_t count = static_cast<size_t>(c.M) * c.heads * c.n;
     const std::vector<float> x = random_floats(count, -3.0f, 3.0f, c.n + c.M);
     const std::vector<float> w = random_floats(c.n, 0.5f, 1.5f, 7);
-    std::vector<float> freq;
-    for (int i = 0; i < c.rope_dim / 2; ++i)
-      freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rope_dim)));
+    const std::vector<float> freq = rope_inv_freq(c.rope_dim);
     std::vector<int64_t> pos(c.M);
     for (int t = 0; t < c.M; ++t) pos[t] = 37 * t + (t == 0 ? 1000003 : 0);
     DeviceBuffer<float> d_w(w), d_freq(freq), d_sep(x, c.offset), d_fused(x, c.offset), d_f32(count, c.offset);
@@ -446,9 +449,7 @@ TEST(CudaOps, RopeInverseSplitGroupsIsTheTwoPassesInOne) {
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " hd " + std::to_string(c.hd);
     const size_t count = static_cast<size_t>(c.T) * c.H * c.hd;
     const std::vector<float> o = random_floats(count, -2.0f, 2.0f, c.T + c.hd);
-    std::vector<float> freq;
-    for (int i = 0; i < c.rope_dim / 2; ++i)
-      freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rope_dim)));
+    const std::vector<float> freq = rope_inv_freq(c.rope_dim);
     std::vector<int64_t> pos(c.T);
     for (int t = 0; t < c.T; ++t) pos[t] = 53 * t + (t == 0 ? 777777 : 0);
     DeviceBuffer<float> d_o(o), d_two(o), d_freq(freq);

@@ -91,21 +91,20 @@ def main():
     print("| idle before (the kernel that waited) | us |\n|---|---|")
     for name, t in sorted(idle_before.items(), key=lambda kv: -kv[1])[:12]:
         print(f"| {name} | {us(t):.1f} |")
-    by_kind, count = defaultdict(float), defaultdict(int)
-    for s, e, name in rows:
-        by_kind[kind_of(name)] += e - s
-        count[kind_of(name)] += 1
-    print("\n| kind | kernels | us (sum) |\n|---|---|---|")
-    for k, t in sorted(by_kind.items(), key=lambda kv: -kv[1]):
-        print(f"| {k} | {count[k]} | {us(t):.1f} |")
-    by_name, ncount = defaultdict(float), defaultdict(int)
-    for s, e, name in rows:
-        by_name[short(name)] += e - s
-        ncount[short(name)] += 1
-    print("\n| kernel | launches | us (sum) |\n|---|---|---|")
-    for n, t in sorted(by_name.items(), key=lambda kv: -kv[1])[:25]:
-        print(f"| {n} | {ncount[n]} | {us(t):.1f} |")
+    print_sums(rows, kind_of, "kind", "kernels")
+    print_sums(rows, short, "kernel", "launches", limit=25)
     print()
+
+
+def print_sums(rows, key, what, count_label, limit=None):
+    """A table of kernel time summed over rows grouped by key(name), longest first."""
+    time, count = defaultdict(float), defaultdict(int)
+    for s, e, name in rows:
+        time[key(name)] += e - s
+        count[key(name)] += 1
+    print(f"\n| {what} | {count_label} | us (sum) |\n|---|---|---|")
+    for k, t in sorted(time.items(), key=lambda kv: -kv[1])[:limit]:
+        print(f"| {k} | {count[k]} | {t / 1e3:.1f} |")
 
 
 if __name__ == "__main__":

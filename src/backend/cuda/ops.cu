@@ -310,6 +310,18 @@ __device__ __forceinline__ float2 rope_rotate(float2 ab, float2 cs) {
   return make_float2(__fmaf_rn(ab.x, cs.x, -__fmul_rn(ab.y, cs.y)), __fmaf_rn(ab.y, cs.x, __fmul_rn(ab.x, cs.y)));
 }
 
+// Token m's (cos, sin) table into shared memory ([half] cos, then [half] sin), for rope_kernel and
+// rope_to_bf16_kernel; ends with the block barrier that makes it visible.
+__device__ __forceinline__ void load_rope_table(float* cos_sin, const float* __restrict__ inv_freq, float p, int half,
+                                                float attention_factor, bool inverse) {
+  for (int i = static_cast<int>(threadIdx.x); i < half; i += static_cast<int>(blockDim.x)) {
+    const float2 cs = rope_cos_sin(inv_freq[i], p, attention_factor, inverse);
+    cos_sin[i] = cs.x;
+    cos_sin[half + i] = cs.y;
+  }
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* __restrict__ x, int heads, int head_dim, const int64_t* __restrict__ pos,
                 const float* __restrict__ inv_freq, int rope_dim, float attention_factor, bool inverse, bool vec) {
@@ -317,13 +329,7 @@ __global__ void __launch_bounds__(kRopeThreads)
   extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
   const int half = rope_dim / 2;
   const int m = static_cast<int>(blockIdx.x);
-  const float p = static_cast<float>(pos[m]);
-  for (int i = static_cast<int>(threadIdx.x); i < half; i += kRopeThreads) {
-    const float2 cs = rope_cos_sin(inv_freq[i], p, attention_factor, inverse);
-    cos_sin[i] = cs.x;
-    cos_sin[half + i] = cs.y;
-  }
-  __syncthreads();
+  load_rope_table(cos_sin, inv_freq, static_cast<float>(pos[m]), half, attention_factor, inverse);
   float* row = x + static_cast<size_t>(m) * heads * head_dim + (head_dim - rope_dim);
   for (int q = static_cast<int>(threadIdx.x); q < heads * half; q += kRopeThreads) {
     const int h = q / half, i = q % half;
@@ -348,13 +354,7 @@ __global__ void __launch_bounds__(kRopeThreads)
   extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
   const int half = rope_dim / 2;
   const int m = static_cast<int>(blockIdx.x);
-  const float p = static_cast<float>(pos[m]);
-  for (int i = static_cast<int>(threadIdx.x); i < half; i += kRopeThreads) {
-    const float2 cs = rope_cos_sin(inv_freq[i], p, attention_factor, false);
-    cos_sin[i] = cs.x;
-    cos_sin[half + i] = cs.y;
-  }
-  __syncthreads();
+  load_rope_table(cos_sin, inv_freq, static_cast<float>(pos[m]), half, attention_factor, false);
   const size_t row = static_cast<size_t>(m) * heads * head_dim;
   const int pairs = head_dim / 2, plain = (head_dim - rope_dim) / 2;
   for (int q = static_cast<int>(threadIdx.x); q < heads * pairs; q += kRopeThreads) {
