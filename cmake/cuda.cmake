@@ -60,7 +60,7 @@ endfunction()
 deepinfer_cuda_part(deepinfer_cuda_gemm src/backend/cuda/gemm.cu src/backend/cuda/gemm_wgmma.cu)
 set_target_properties(deepinfer_cuda_gemm PROPERTIES CUDA_ARCHITECTURES 90a)
 deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu)
-deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu)
+deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu src/backend/cuda/sampling.cu)
 # The FP8 KV cache: FP8 KV row / FP4 indexer key encoders and the release indexer over FP4 keys (the
 # attention-side readers live in deepinfer_cuda_attention).
 deepinfer_cuda_part(deepinfer_cuda_kv_fp8 src/backend/cuda/kv_fp8.cu)

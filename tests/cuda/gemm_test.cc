@@ -15,6 +15,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -376,6 +377,56 @@ TEST(GemmCudaGrouped, RowsMatchGemmBitwise) {
 TEST(GemmCudaGrouped, AllEmptyWritesNothing) {
   SKIP_WITHOUT_CUDA_DEVICE();
   check_grouped<float>({0, 0, 0}, 40, 64, 128);
+}
+
+// grouped_gemm_stacked_side_by_side: G groups of T rows each land as one [T, G * N] array, row t of
+// group g at columns [g N, g N + N), bitwise grouped_gemm_stacked's [G * T, N] rows; every forced
+// configuration; nothing past the T rows written. Shapes of the grouped output projection (8 groups,
+// N = 1024, K = 4096) from one token to prefill sizes, and an odd N.
+TEST(GemmCudaGrouped, SideBySideMatchesStackedBitwise) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto& [G, N, K] : std::vector<std::tuple<int, int, int>>{{8, 1024, 4096}, {3, 100, 520}}) {
+    for (int T : {1, 3, 130, 300}) {
+      const std::string what = "G=" + std::to_string(G) + " T=" + std::to_string(T) + " N=" + std::to_string(N) +
+                               " K=" + std::to_string(K);
+      const int rows = G * T;
+      std::vector<int> offsets(G + 1);
+      for (int g = 0; g <= G; ++g) offsets[g] = g * T;
+      const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(rows) * K, 400u + T + N);
+      const DeviceArray<uint16_t> dx(x), dw(random_bf16(static_cast<size_t>(G) * N * K, 500u + K));
+      const DeviceArray<int> d_offsets(offsets);
+      const size_t count = static_cast<size_t>(rows) * N, guard = 64;
+      DeviceArray<uint16_t> stacked(count);
+      grouped_gemm_stacked(as_bf16(dx), d_offsets.get(), G, rows, K, as_bf16(dw), N,
+                           reinterpret_cast<bf16*>(stacked.get()), nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<uint16_t> expect = stacked.download();
+      const std::vector<uint16_t> fresh(count + guard, canary<uint16_t>());
+      DeviceArray<uint16_t> side(count + guard);
+      for (int config = kAuto; config < gemm_testing::config_count(); ++config) {
+        if (config != kAuto && !gemm_testing::config_runs_as_is(config, N, K)) continue;
+        const std::string name = config == kAuto ? "auto" : gemm_testing::config_name(config);
+        side.upload(fresh);
+        bf16* const y = reinterpret_cast<bf16*>(side.get());
+        if (config == kAuto)
+          grouped_gemm_stacked_side_by_side(as_bf16(dx), d_offsets.get(), G, rows, K, as_bf16(dw), N, y, nullptr);
+        else
+          gemm_testing::grouped_gemm_stacked_side_by_side_with_config(config, as_bf16(dx), d_offsets.get(), G, rows,
+                                                                      K, as_bf16(dw), N, y, nullptr);
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<uint16_t> got = side.download();
+        int mismatches = 0;
+        for (int g = 0; g < G; ++g)
+          for (int t = 0; t < T; ++t)
+            mismatches += std::memcmp(&got[(static_cast<size_t>(t) * G + g) * N],
+                                      &expect[(static_cast<size_t>(g) * T + t) * N], N * sizeof(uint16_t)) != 0;
+        EXPECT_EQ(mismatches, 0) << what << " config " << name << ": rows differing from the stacked output";
+        EXPECT_EQ(std::memcmp(&got[count], &fresh[count], guard * sizeof(uint16_t)), 0)
+            << what << " config " << name << ": wrote past the [T, G * N] output";
+      }
+    }
+  }
 }
 
 // gemm_split: each output is bitwise the matching columns of gemm() over the whole concatenated

@@ -99,7 +99,6 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   if (shape.kv_row.dtype == model::KvCacheDtype::kFP8) DI_RETURN_IF_ERROR(A.alloc(&kv8, T * shape.kv_row.bytes()));
   DI_RETURN_IF_ERROR(A.alloc(&o, T * H * hd));
   DI_RETURN_IF_ERROR(A.alloc(&og, T * H * hd));
-  DI_RETURN_IF_ERROR(A.alloc(&zo, T * G * R));
   DI_RETURN_IF_ERROR(A.alloc(&zo_bf, T * G * R));
   DI_RETURN_IF_ERROR(A.alloc(&comp_ab, T * 4 * hd));
   DI_RETURN_IF_ERROR(A.alloc(&comp_ab_index, T * 4 * ih));
@@ -652,12 +651,8 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       rope(o, T, H, hd, st.pos, rope_t, rd, rope_f, true, s);
       split_groups(o, T, G, gw, og, s);
     }
-    if (T == 1) {  // [G, 1, OR] is [1, G OR]: the GEMM's bf16 output (round to nearest even, as merge_groups) in place
-      grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G, gw, L.wo_a[0].w, OR, zo_bf, s);
-    } else {
-      grouped_gemm_stacked(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo, s);
-      merge_groups(zo, T, G, OR, zo_bf, s);
-    }
+    // The groups' bf16 outputs side by side: [T, G OR], wo_b's input.
+    grouped_gemm_stacked_side_by_side(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo_bf, s);
     tap_bf(l, "zo", zo_bf, static_cast<size_t>(T) * G * OR);
     proj(zo_bf, T, G * OR, L.wo_b, D, sub_out);
     rb(sub_out, static_cast<size_t>(T) * D);

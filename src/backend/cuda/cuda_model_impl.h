@@ -171,7 +171,7 @@ struct CudaModel::Impl {
   bf16* xq = nullptr;  // release: a GEMM input rounded through FP8 (blocks of 128)
   uint8_t* act_fp8 = nullptr;  // fp8_gemm: a GEMM input as e4m3 codes [T, K] ...
   float* act_fp8_scales = nullptr;  // ... and its per-128 scales [T, K / 128]
-  float *qr = nullptr, *q = nullptr, *kv = nullptr, *o = nullptr, *zo = nullptr;
+  float *qr = nullptr, *q = nullptr, *kv = nullptr, *o = nullptr;
   bf16 *qr_bf = nullptr, *q_bf = nullptr, *kv_bf = nullptr, *og = nullptr, *zo_bf = nullptr;
   float *comp_ab = nullptr, *comp_ab_index = nullptr, *fresh = nullptr;  // compressor, indexer compressor
   float *qi = nullptr, *wts = nullptr, *scores = nullptr;

@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) fp8_gemm_kerne
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     sum_cluster_partials<BM, BN, Cfg::kPartialStride, kThreads, OutT>(cluster, partial, p.num_slices, slice, row_begin,
-                                                                      row_end, n_begin, N, TileOut<OutT>{y, N, 0});
+                                                                      row_end, n_begin, N, TileOut<OutT>{y, N, 0, 0});
     cluster.sync();  // keep this CTA's shared memory alive until every rank has read it
     return;
   }
@@ -673,7 +673,7 @@ __global__ void __launch_bounds__(DecodeCfg::kThreads, 2) fp8_decode_kernel(cons
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     sum_cluster_partials<BM, BN, C::kPartialStride, kThreads, OutT>(cluster, partial, p.num_slices, slice, row_begin,
-                                                                    row_end, n_begin, N, TileOut<OutT>{y, N, 0});
+                                                                    row_end, n_begin, N, TileOut<OutT>{y, N, 0, 0});
     cluster.sync();
     return;
   }

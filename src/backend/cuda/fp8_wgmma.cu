@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();
       sum_cluster_partials<kBM, kBN, kPartialStride, kThreads, OutT>(cluster, partial, p.num_slices, slice, row_begin,
-                                                                     row_end, n_begin, N, TileOut<OutT>{y, N, 0});
+                                                                     row_end, n_begin, N, TileOut<OutT>{y, N, 0, 0});
       cluster.sync();
       return;
     }

@@ -115,14 +115,15 @@ using CfgM128N256K64 = TileConfig<128, 256, 64, 2, 4, 4, 1, SliceReduction::kNon
 enum ConfigId {
   kM16N32, kM64N64, kM128N128, kM128N128Fold, kM128N256, kM128N256Fold, kM16N32K256, kM16N32S4, kM64N64K128,
   kM128N256K64, kWgmmaN128, kWgmmaN256, kWgmmaM64Cluster, kWgmmaM64Cluster2, kWgmmaM128Cluster,
-  kWgmmaM64N256Cluster, kWgmmaM128N256Cluster, kWgmmaM64Fold2, kWgmmaM64Fold1, kNumConfigs
+  kWgmmaM64N256Cluster, kWgmmaM128N256Cluster, kWgmmaM64Fold2, kWgmmaM64Fold1, kWgmmaN192Fold, kNumConfigs
 };
 constexpr const char* kConfigNames[] = {
     "m16n32k128_cluster", "m64n64k64_cluster",  "m128n128k32",          "m128n128k32_fold",  "m128n256k32",
     "m128n256k32_sfold",  "m16n32k256_cluster", "m16n32k128s4_cluster", "m64n64k128_cluster", "m128n256k64",
     "wgmma_tma_m128n128_fold", "wgmma_tma_m128n256", "wgmma_tma_m64n128_cluster",
     "wgmma_tma_m64n128_cluster_2cta", "wgmma_tma_m128n128_cluster", "wgmma_tma_m64n256_cluster",
-    "wgmma_tma_m128n256_cluster", "wgmma_tma_m64n128_fold_2cta", "wgmma_tma_m64n128_fold"};
+    "wgmma_tma_m128n256_cluster", "wgmma_tma_m64n128_fold_2cta", "wgmma_tma_m64n128_fold",
+    "wgmma_tma_m128n192_fold"};
 static_assert(sizeof(kConfigNames) / sizeof(kConfigNames[0]) == kNumConfigs, "one name per tile configuration");
 
 struct GemmParams {
@@ -166,16 +167,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
       tile_index /= p.num_slices;
     }
   }
-  int n_tile, row_begin, row_end;
+  int n_tile, row_begin, row_end, group = 0, group_row0 = 0;
   const bf16* w;
   if constexpr (kGrouped) {
-    int group;
     grid_dependency_wait();  // the row offsets come from earlier kernels (a no-op without PDL)
     // Same (blockIdx.y) for all CTAs of a cluster, so the whole cluster leaves together.
     if (!locate_group_rows<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group, row_begin,
                                      row_end))
       return;
     n_tile = tile_index;
+    group_row0 = p.row_offsets[group];
     w = p.group_weights ? p.group_weights[group] : p.w + group * p.group_stride;
   } else {
     const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);
@@ -365,7 +366,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     }
   }
 
-  const TileOut<OutT> out_tile = tile_output<OutT>(p.out, N, n_begin);  // once per tile
+  const TileOut<OutT> out_tile = tile_output<OutT>(p.out, N, n_begin, group, group_row0);  // once per tile
 
   if constexpr (kCluster) {
     if (p.num_slices > 1) {
@@ -504,6 +505,15 @@ int choose_config(int rows, long long total_rows, int groups, int N, const Slice
     // 4096 rows 290 vs 302, 1024x4096x8g 79 vs 95: four CTAs of a quarter of K each), and so do
     // experts at a few hundred rows (4096x2048x32g at 128 rows an expert: 193 vs 182).
     const bool n256_cluster = (plan.num_slices == 2 || (plan.num_slices > 1 && k >= 8192)) && (!grouped || rows >= 512);
+    // Where 128 x 192 tiles fill a wave and there are slices to fold: the 128 x 192 fold ahead of
+    // both (x read once per 192 weight rows and every slice in one CTA; setmaxnreg gives its
+    // consumers the registers). H100, us: 4096x4096 at 4096 rows 248 vs 297 (128 x 128 fold), at
+    // 24576 1449 vs 1700; 4096x4096x32g at 24576 1482 vs 1706; 4096x8192 at 4096 467 vs 551 (128 x
+    // 256 cluster), at 24576 2859 vs 3157; 4096x2048 at 4096 146 vs 157; 4096x2048x32g at 24576 791
+    // vs 859. Not for experts of 128 rows (4096x4096x32g at 4096 rows 410 vs 404) nor N = 1024
+    // (1024x4096x8g at 4096 rows 85 vs 81). Prefill 4k 36.10 -> 33.93 ms.
+    if (plan.num_slices > 1 && N >= 2048 && (!grouped || rows >= 256) && tiles(128, 192) >= sms)
+      return kWgmmaN192Fold;
     if (2 * tiles(128, 128) >= sms) return n256_cluster ? kWgmmaM128N256Cluster : kWgmmaN128;
     // One 128-row tile of a wide, deep weight with several slices: the 128 x 256 cluster tile (x read
     // once per 256 weight rows, half the CTAs): at 128 rows 4096x8192 30.9 vs 39.0 on the 128 x 128
@@ -527,6 +537,7 @@ int choose_config(int rows, long long total_rows, int groups, int N, const Slice
 int legal_config(int config, const SlicePlan& plan, bool tma) {
   if (config < 0 || config >= kNumConfigs) fail("gemm: unknown tile configuration", config);
   if (config == kWgmmaN256 && plan.num_slices > 1) config = kWgmmaN128;
+  if (config == kWgmmaN192Fold && !tma) config = kWgmmaN128;
   if (config == kWgmmaN128 && !tma) return plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   if (config == kWgmmaN256 && !tma) return kM128N256;
   if ((config == kWgmmaM64Cluster || config == kWgmmaM64Cluster2 || config == kWgmmaM128Cluster ||
@@ -556,6 +567,7 @@ void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_row
   wgmma_path::run(pr,
                   config == kWgmmaN256          ? wgmma_path::Tile::kM128N256
                   : config == kWgmmaN128        ? wgmma_path::Tile::kM128N128Fold
+                  : config == kWgmmaN192Fold    ? wgmma_path::Tile::kM128N192Fold
                   : config == kWgmmaM64Cluster2 ? wgmma_path::Tile::kM64N128ClusterTwoPerSm
                   : config == kWgmmaM128Cluster ? wgmma_path::Tile::kM128N128Cluster
                   : config == kWgmmaM64N256Cluster ? wgmma_path::Tile::kM64N256Cluster
@@ -607,7 +619,10 @@ void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, Ou
   if (split != nullptr) p.out = *split;
   p.M = M;
   p.w = W;
-  dispatch<OutT, false>(legal_config(config, plan, tma), p, plan, 0, stream);
+  config = legal_config(config, plan, tma);
+  // A 192-wide tile at n_begin = 192 i would straddle the 256-aligned column runs (gemm_output.h).
+  if (split != nullptr && config == kWgmmaN192Fold) config = kWgmmaN128;
+  dispatch<OutT, false>(config, p, plan, 0, stream);
 }
 
 // gemm_split's layout rules (gemm.h): 1..kMaxOutputRuns widths, each a positive multiple of 4, all
@@ -651,7 +666,8 @@ int config_rows(int config) {
 // weights: per-group device pointers, or nullptr with `stacked` holding the groups back to back.
 template <class OutT>
 void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
-                       const bf16* const* weights, const bf16* stacked, int N, OutT* y, cudaStream_t stream) {
+                       const bf16* const* weights, const bf16* stacked, int N, OutT* y, cudaStream_t stream,
+                       int group_ld = 0) {
   if (G <= 0 || max_rows <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
   const bool tma = stacked != nullptr && wgmma_path::usable(x, stacked, K);
@@ -662,6 +678,7 @@ void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G,
   if (grouped_slots(max_rows, G, bm) > 65535 && bm < 128)
     config = tma ? kWgmmaN128 : plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   GemmParams p = make_params(x, K, N, y, plan);
+  p.out.group_ld = group_ld;
   p.row_offsets = row_offsets;
   p.num_groups = G;
   p.group_weights = weights;
@@ -708,6 +725,10 @@ void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_
 void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* stacked,
                           int N, bf16* y, cudaStream_t stream) {
   grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream);
+}
+void grouped_gemm_stacked_side_by_side(const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                                       const bf16* stacked, int N, bf16* y, cudaStream_t stream) {
+  grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream, G * N);
 }
 
 // Hooks for tests/cuda/gemm_test.cc and bench/cuda/gemm_bench.cc (declared there, not in gemm.h):
@@ -757,6 +778,11 @@ void grouped_gemm_stacked_with_config(int config, const bf16* x, const int* row_
 void grouped_gemm_stacked_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                                       const bf16* stacked, int N, bf16* y, cudaStream_t stream) {
   grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream);
+}
+void grouped_gemm_stacked_side_by_side_with_config(int config, const bf16* x, const int* row_offsets, int G,
+                                                   int max_rows, int K, const bf16* stacked, int N, bf16* y,
+                                                   cudaStream_t stream) {
+  grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream, G * N);
 }
 }  // namespace gemm_testing
 

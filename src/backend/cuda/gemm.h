@@ -60,5 +60,12 @@ void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_
                           int N, float* y, cudaStream_t stream);
 void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_rows, int K, const bf16* stacked,
                           int N, bf16* y, cudaStream_t stream);
+// grouped_gemm_stacked with the groups' outputs side by side instead of stacked: row r of group g
+// (row_offsets[g] <= r < row_offsets[g + 1]) lands at y + (r - row_offsets[g]) * G * N + g * N. For G
+// groups of T rows each, y is [T, G * N] row-major (e.g. the grouped output projection, whose groups
+// are then one [T, G * N] input of the next GEMM). Bitwise grouped_gemm_stacked's values; y must
+// hold max over groups of their rows, times G * N.
+void grouped_gemm_stacked_side_by_side(const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                                       const bf16* stacked, int N, bf16* y, cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda

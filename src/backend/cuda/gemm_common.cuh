@@ -164,19 +164,26 @@ __device__ bool locate_group_rows(const int* row_offsets, int num_groups, int bm
 
 // ---------------------------------------------------------------------------------------------
 // One tile's output (resolved once per tile from an OutTarget, gemm_output.h): element (m, n) at
-// y[m * ld + n - col0]. A plain target gives (y, N, 0); gemm_split's the run holding the tile.
+// y[(m - row0) * ld + n - col0]. A plain target gives (y, N, 0, 0); gemm_split's the run holding the
+// tile; a side-by-side grouped target (y + g N, group_ld, 0, row_offsets[g]) for the tile's group g
+// (`group`, `group_row0`: 0 for dense calls).
 template <class OutT>
 struct TileOut {
   OutT* y;
-  int ld, col0;
-  __device__ __forceinline__ OutT* at(int m, int n) const { return y + static_cast<size_t>(m) * ld + (n - col0); }
+  int ld, col0, row0;
+  __device__ __forceinline__ OutT* at(int m, int n) const {
+    return y + static_cast<size_t>(m - row0) * ld + (n - col0);
+  }
 };
 template <class OutT>
-__device__ __forceinline__ TileOut<OutT> tile_output(const OutTarget& t, int N, int n_begin) {
-  TileOut<OutT> o{static_cast<OutT*>(t.y), N, 0};
+__device__ __forceinline__ TileOut<OutT> tile_output(const OutTarget& t, int N, int n_begin, int group = 0,
+                                                     int group_row0 = 0) {
+  if (t.group_ld > 0) return {static_cast<OutT*>(t.y) + static_cast<size_t>(group) * N, t.group_ld, 0, group_row0};
+  TileOut<OutT> o{static_cast<OutT*>(t.y), N, 0, 0};
 #pragma unroll
   for (int j = 0; j < kMaxOutputRuns; ++j)
-    if (j < t.runs && n_begin >= t.run_begin[j]) o = {static_cast<OutT*>(t.run_y[j]), t.run_width[j], t.run_begin[j]};
+    if (j < t.runs && n_begin >= t.run_begin[j])
+      o = {static_cast<OutT*>(t.run_y[j]), t.run_width[j], t.run_begin[j], 0};
   return o;
 }
 

@@ -3,8 +3,8 @@
 // accumulate), synchronised by mbarriers. The contract (and why the bits equal the mma.sync tiles of
 // gemm.cu) is in gemm_wgmma.h.
 //
-// Tile: 128 rows of x (consumer warpgroup c owns rows [64 c, 64 c + 64)) by BN = 128 or 256 weight
-// rows (one or two n128 instructions per k16 step), k-tiles of 64 (128 bytes per row = one swizzle
+// Tile: 128 rows of x (consumer warpgroup c owns rows [64 c, 64 c + 64)) by BN = 128, 192 or 256
+// weight rows (one m64nBNk16 instruction per k16 step), k-tiles of 64 (128 bytes per row = one swizzle
 // row). K % 64 == 0, so every k-tile is whole and the 4 k16 steps of a tile are all real: no padded
 // step is ever issued (the mma.sync tiles skip chunks past K, so a padded +0 step could flip the
 // sign of an exact zero).
@@ -54,7 +54,11 @@ struct Config {
   static constexpr int kConsumers = kConsumers_, BN = BN_, BM = 64 * kConsumers;
   static constexpr Mode kMode = kMode_;
   static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
-  static constexpr int kNB = BN / 128;
+  static constexpr int kAcc = BN / 2;  // fp32 accumulators a consumer thread holds (m64nBN fragment)
+  // The 128 x 192 fold holds 96 accumulators + 96 totals a consumer thread, more than the 168
+  // registers a 384-thread CTA gets at launch: setmaxnreg moves 128 registers a thread from the
+  // producer warpgroup (which needs few) to the consumers (168 -> 232; 2 x 128 x 64 = 128 x 128).
+  static constexpr bool kRegisterShift = kMode == Mode::kFold && BN > 128;
   static constexpr int kATileBytes = BM * kTileK * 2, kBTileBytes = BN * kTileK * 2;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kStages = (kSmemBudgetKB * 1024) / kStageBytes;
@@ -65,10 +69,15 @@ struct Config {
   static constexpr int kBarrierOffset = kPipelineBytes > kPartialBytes ? kPipelineBytes : kPartialBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 16 * kStages + 1024;  // + slack for 1024 alignment
   static_assert(kStages >= 3 && kSmemBytes <= 232448, "shared memory per block");
-  static_assert(kMode != Mode::kFold || kNB == 1, "64 accumulators + 64 totals per thread at most");
+  static_assert(BN == 128 || BN == 192 || BN == 256, "one m64nBNk16 instruction per k16 step");
+  static_assert(kMode != Mode::kFold || BN <= 192, "96 accumulators + 96 totals per thread at most");
+  static_assert(!kRegisterShift || (kConsumers == 2 && kSmemBudgetKB > 113), "setmaxnreg split of 384 threads, 1 CTA/SM");
 };
 
 using CfgM128N128Fold = Config<2, 128, Mode::kFold>;
+// Large M with several slices: 128 x 192 reads 20% fewer operand bytes from L2 per multiply-add than
+// 128 x 128 (x once per 192 weight rows) and still folds its slices in registers (setmaxnreg).
+using CfgM128N192Fold = Config<2, 192, Mode::kFold>;
 using CfgM128N256 = Config<2, 256, Mode::kNone>;
 using CfgM64N128Cluster = Config<1, 128, Mode::kCluster>;
 // Half the stages (4 x 24 KB), two CTAs per SM: one CTA's pipeline fill overlaps the other's stream.
@@ -114,10 +123,24 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
       : "l"(desc_a), "l"(desc_b), "n"(1));
 }
 
-// d[64 x 256] += A[64 x 16] * B[256 x 16]^T: one instruction for the 128 x 256 tile's consumer
-// (A is read once instead of once per n128 half). d[b] holds columns [128 b, 128 b + 128) in the
-// n128 fragment layout (the n256 fragment is the two n128 fragments back to back).
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[2][64], uint64_t desc_a, uint64_t desc_b) {
+// d[64 x 192] += A[64 x 16] * B[192 x 16]^T. The m64nN fragment continues the m64n128 one column-wise:
+// d[4 j + 2 h + e] is (row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e), j < N / 8.
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+      "{" DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_0 "," DEEPINFER_WGMMA_ACC32_PLACEHOLDERS_64 "}, "
+      "%96, %97, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : DEEPINFER_WGMMA_ACC64(d), DEEPINFER_WGMMA_ACC32(d + 64)
+      : "l"(desc_a), "l"(desc_b), "n"(1));
+}
+
+// d[64 x 256] += A[64 x 16] * B[256 x 16]^T: one instruction for the 256-wide tiles' consumer (A is
+// read once instead of once per n128 half).
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -126,8 +149,19 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[2][64], uint64_t des
       "{" DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_0 "," DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_64 "}, "
       "%128, %129, p, 1, 1, 0, 0;\n"
       "}\n"
-      : DEEPINFER_WGMMA_ACC64(d[0]), DEEPINFER_WGMMA_ACC64(d[1])
+      : DEEPINFER_WGMMA_ACC64(d), DEEPINFER_WGMMA_ACC64(d + 64)
       : "l"(desc_a), "l"(desc_b), "n"(1));
+}
+
+// One k16 step of a consumer's m64nBN fragment.
+template <int BN>
+__device__ __forceinline__ void wgmma_step(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (BN == 128)
+    wgmma_m64n128k16(d, desc_a, desc_b);
+  else if constexpr (BN == 192)
+    wgmma_m64n192k16(d, desc_a, desc_b);
+  else
+    wgmma_m64n256k16(d, desc_a, desc_b);
 }
 
 template <class Cfg, class OutT, bool kGrouped>
@@ -147,7 +181,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #else
   namespace cg = cooperative_groups;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, kNB = Cfg::kNB, kStages = Cfg::kStages;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, kAcc = Cfg::kAcc, kStages = Cfg::kStages;
   constexpr int kConsumers = Cfg::kConsumers, kThreads = Cfg::kThreads;
   constexpr bool kFold = Cfg::kMode == Mode::kFold, kCluster = Cfg::kMode == Mode::kCluster;
   // The dynamic base rounded up to 1024 bytes (the group scan's static shared memory may precede it).
@@ -168,14 +202,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       tile_index /= p.num_slices;
     }
   }
-  int n_tile, row_begin, row_end, w_row_begin;
+  int n_tile, row_begin, row_end, w_row_begin, group = 0, group_row0 = 0;
   if constexpr (kGrouped) {
-    int group;
     // Same blockIdx.y for every CTA of a cluster, so a whole cluster leaves together.
     if (!locate_group_rows<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group, row_begin,
                                      row_end))
       return;
     n_tile = tile_index;
+    group_row0 = p.row_offsets[group];
     w_row_begin = group * p.N + n_tile * BN;  // rows of the stacked weights
   } else {
     const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);
@@ -200,14 +234,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   __syncthreads();
 
-  float acc[kNB][64];
-#pragma unroll
-  for (int b = 0; b < kNB; ++b)
-#pragma unroll
-    for (int e = 0; e < 64; ++e) acc[b][e] = 0.0f;
+  float acc[kAcc];  // consumers: this thread's m64nBN fragment (set to zero in their branch)
 
   if (warpgroup == kConsumers) {
     // ===================== Producer: one thread issues both TMA loads of every k-tile.
+    if constexpr (Cfg::kRegisterShift) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (tid == kConsumers * kWarpgroup) {
       // k-tile t into its stage: the stage's barrier expects both tiles' bytes (x and weights).
       const auto stage_tile = [&](int t) { return smem_base + static_cast<uint32_t>(t % kStages * Cfg::kStageBytes); };
@@ -232,14 +263,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         load_w(t);
       }
     }
+    // After a register shift the producer must not reach code the consumers run with 232
+    // registers (ptxas cannot allocate a join of both); a fold tile's producer has nothing left to do.
+    if constexpr (Cfg::kRegisterShift) return;
   } else {
     // ===================== Consumers.
-    [[maybe_unused]] float total[kFold ? kNB : 1][kFold ? 64 : 1];
+    if constexpr (Cfg::kRegisterShift) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
 #pragma unroll
-    for (int b = 0; b < kNB; ++b)
+    for (int e = 0; e < kAcc; ++e) acc[e] = 0.0f;
+    [[maybe_unused]] float total[kFold ? kAcc : 1];
 #pragma unroll
-      for (int e = 0; e < 64; ++e)
-        if constexpr (kFold) total[b][e] = 0.0f;
+    for (int e = 0; e < kAcc; ++e)
+      if constexpr (kFold) total[e] = 0.0f;
     const int lane = tid & 31;
     const uint32_t a_offset = static_cast<uint32_t>(warpgroup * 64 * 128);  // this consumer's 64 rows
     int pending = -1;  // k-tile whose wgmma group may still be reading its stage
@@ -249,14 +284,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         if (t > 0 && t % p.slice_ktiles == 0) {
           // Slice boundary: total += p_s; the next slice's partial restarts at zero.
           wgmma_wait<0>();
+          fence_registers(acc);
 #pragma unroll
-          for (int b = 0; b < kNB; ++b) {
-            fence_registers(acc[b]);
-#pragma unroll
-            for (int e = 0; e < 64; ++e) {
-              total[b][e] += acc[b][e];
-              acc[b][e] = 0.0f;
-            }
+          for (int e = 0; e < kAcc; ++e) {
+            total[e] += acc[e];
+            acc[e] = 0.0f;
           }
           if (pending >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * (pending % kStages));
           pending = -1;
@@ -268,29 +300,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const uint64_t desc_b = smem_descriptor(a_tile + Cfg::kATileBytes);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kStepsPerTile; ++kk) {
-        if constexpr (kNB == 2) {
-          wgmma_m64n256k16(acc, desc_a + 2 * kk, desc_b + 2 * kk);
-        } else {
-#pragma unroll
-          for (int b = 0; b < kNB; ++b)
-            wgmma_m64n128k16(acc[b], desc_a + 2 * kk, desc_b + static_cast<uint64_t>(b * (128 * 128 / 16) + 2 * kk));
-        }
-      }
+      for (int kk = 0; kk < kStepsPerTile; ++kk) wgmma_step<BN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
       wgmma_commit();
       wgmma_wait<1>();  // the previous k-tile's group has finished reading its stage
       if (pending >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * (pending % kStages));
       pending = t;
     }
     wgmma_wait<0>();
+    fence_registers(acc);
+    if constexpr (kFold) {
+      if (p.num_slices > 1) {
 #pragma unroll
-    for (int b = 0; b < kNB; ++b) {
-      fence_registers(acc[b]);
-      if constexpr (kFold) {
-        if (p.num_slices > 1) {
-#pragma unroll
-          for (int e = 0; e < 64; ++e) acc[b][e] = total[b][e] + acc[b][e];
-        }
+        for (int e = 0; e < kAcc; ++e) acc[e] = total[e] + acc[e];
       }
     }
   }
@@ -300,9 +321,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if constexpr (!kGrouped) grid_dependency_wait();
   const int lane = tid & 31, warp_in_group = (tid >> 5) & 3;
   const int frag_row = warpgroup * 64 + warp_in_group * 16 + (lane >> 2);  // + 8 h
-  const int frag_col = (lane & 3) * 2;                                      // + 8 j + 128 b
+  const int frag_col = (lane & 3) * 2;                                      // + 8 j
 
-  const TileOut<OutT> out_tile = tile_output<OutT>(p.out, N, n_begin);  // once per tile
+  const TileOut<OutT> out_tile = tile_output<OutT>(p.out, N, n_begin, group, group_row0);  // once per tile
 
   if constexpr (kCluster) {
     if (p.num_slices > 1) {
@@ -312,13 +333,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       float* const partial = reinterpret_cast<float*>(smem);
       if (warpgroup < kConsumers) {
 #pragma unroll
-        for (int b = 0; b < kNB; ++b)
+        for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-          for (int j = 0; j < 16; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              *reinterpret_cast<float2*>(partial + (frag_row + 8 * h) * Cfg::kPartialStride + b * 128 + 8 * j +
-                                         frag_col) = make_float2(acc[b][4 * j + 2 * h], acc[b][4 * j + 2 * h + 1]);
+          for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<float2*>(partial + (frag_row + 8 * h) * Cfg::kPartialStride + 8 * j + frag_col) =
+                make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       }
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();  // every partial of the cluster written and visible
@@ -330,27 +349,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   if (warpgroup == kConsumers) return;
 
-  // Direct epilogue from the fragments.
+  // Direct epilogue from the fragments: one row pointer per h, the 8 j column steps as constant
+  // offsets from it (per-(j, h) pointers would hold 2 x BN / 8 64-bit addresses next to the
+  // accumulators).
   const bool pair_store = (N & 1) == 0;
 #pragma unroll
-  for (int b = 0; b < kNB; ++b)
+  for (int h = 0; h < 2; ++h) {
+    const int m = row_begin + frag_row + 8 * h;
+    if (m >= row_end) continue;
+    const int n0 = n_begin + frag_col;
+    OutT* const row = out_tile.at(m, n0);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int n = n_begin + b * 128 + 8 * j + frag_col;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = row_begin + frag_row + 8 * h;
-        if (m >= row_end || n >= N) continue;
-        OutT* out = out_tile.at(m, n);
-        const float v0 = acc[b][4 * j + 2 * h], v1 = acc[b][4 * j + 2 * h + 1];
-        if (pair_store) {
-          store_two(out, v0, v1);
-        } else {
-          store_one(out, v0);
-          if (n + 1 < N) store_one(out + 1, v1);
-        }
+    for (int j = 0; j < BN / 8; ++j) {
+      const int n = n0 + 8 * j;
+      if (n >= N) break;
+      const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (pair_store) {
+        store_two(row + 8 * j, v0, v1);
+      } else {
+        store_one(row + 8 * j, v0);
+        if (n + 1 < N) store_one(row + 8 * j + 1, v1);
       }
     }
+  }
 #endif
 }
 
@@ -424,6 +445,7 @@ void run(const Problem& pr, Tile tile, cudaStream_t stream) {
   if (pr.x_rows <= 0 || pr.N <= 0) return;
   switch (tile) {
     case Tile::kM128N128Fold: run_config<CfgM128N128Fold>(pr, stream); break;
+    case Tile::kM128N192Fold: run_config<CfgM128N192Fold>(pr, stream); break;
     case Tile::kM128N256: run_config<CfgM128N256>(pr, stream); break;
     case Tile::kM64N128Cluster: run_config<CfgM64N128Cluster>(pr, stream); break;
     case Tile::kM64N128ClusterTwoPerSm: run_config<CfgM64N128ClusterTwoPerSm>(pr, stream); break;

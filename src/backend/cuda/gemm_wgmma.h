@@ -37,6 +37,7 @@ bool usable(const bf16* x, const bf16* w, int K);
 
 enum class Tile {
   kM128N128Fold,    // 128 x 128, one CTA runs every slice and folds them in registers (large M)
+  kM128N192Fold,    // 128 x 192, the same fold (setmaxnreg gives the consumers 232 registers)
   kM128N256,        // 128 x 256, num_slices == 1 only (large M)
   kM64N128Cluster,  // 64 x 128, the S CTAs of a cluster run one slice each, DSMEM sum (small and mid M)
   kM64N128ClusterTwoPerSm,  // the same with 4 stages, two CTAs per SM

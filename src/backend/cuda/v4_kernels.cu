@@ -247,27 +247,6 @@ __global__ void rope_inverse_split_groups_vec4_kernel(const float* o, int T, int
   dst[0] = __floats2bfloat162_rn(v.x, v.y);
   dst[1] = __floats2bfloat162_rn(v.z, v.w);
 }
-__global__ void merge_groups_vec4_kernel(const float* zo, int T, int G, int r, bf16* out) {
-  pdl_prologue();
-  const int t = static_cast<int>(blockIdx.y);
-  const int j = 4 * static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (j >= G * r) return;
-  const int g = j / r, c = j % r;
-  const float4 v = *reinterpret_cast<const float4*>(zo + (static_cast<size_t>(g) * T + t) * r + c);
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + static_cast<size_t>(t) * G * r + j);
-  dst[0] = __floats2bfloat162_rn(v.x, v.y);
-  dst[1] = __floats2bfloat162_rn(v.z, v.w);
-}
-__global__ void merge_groups_kernel(const float* zo, int T, int G, int r, bf16* out) {
-  pdl_prologue();
-  const size_t n = static_cast<size_t>(T) * G * r;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t t = i / (static_cast<size_t>(G) * r), rem = i % (static_cast<size_t>(G) * r);
-    const size_t g = rem / r, c = rem % r;
-    out[i] = __float2bfloat16_rn(zo[(g * T + t) * r + c]);
-  }
-}
-
 __global__ void scale_kernel(float* x, size_t n, float s) {
   pdl_prologue();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
@@ -389,20 +368,6 @@ bool rope_inverse_split_groups(const float* o, int T, int H, int hd, const int64
   rope_inverse_split_groups_vec4_kernel<<<dim3(static_cast<unsigned>((quads + 255) / 256), static_cast<unsigned>(T)), 256,
                                           0, stream>>>(o, T, H, hd, pos, inv_freq, rope_dim, attention_factor, G, gw, og);
   return true;
-}
-
-void merge_groups(const float* zo, int T, int G, int r, bf16* out, cudaStream_t stream) {
-  const size_t n = static_cast<size_t>(T) * G * r;
-  if (n == 0) return;
-  const bool vec = r % 4 == 0 && (reinterpret_cast<uintptr_t>(zo) & 15u) == 0 &&
-                   (reinterpret_cast<uintptr_t>(out) & 7u) == 0 && T <= 65535 && static_cast<long long>(G) * r < (1ll << 30);
-  if (vec) {
-    const int quads = G * r / 4;
-    merge_groups_vec4_kernel<<<dim3(static_cast<unsigned>((quads + 255) / 256), static_cast<unsigned>(T)), 256, 0, stream>>>(
-        zo, T, G, r, out);
-    return;
-  }
-  merge_groups_kernel<<<capped_blocks(n, 256), 256, 0, stream>>>(zo, T, G, r, out);
 }
 
 void scale_rows(float* x, size_t n, float s, cudaStream_t stream) {

@@ -94,15 +94,14 @@ void store_ring(const StepView& st, const int32_t* tokens, int n, const uint8_t*
 void page_row_pointers(const StepView& st, const NewRow* rows, int R, size_t page_offset, int rows_per_page,
                        size_t row_bytes, uint8_t** out, cudaStream_t stream);
 
-// Grouped output projection layouts: split o [T, G * gw] fp32 into og [G, T, gw] bf16; merge
-// zo [G, T, r] fp32 into out [T, G * r] bf16.
+// Grouped output projection layout: split o [T, G * gw] fp32 into og [G, T, gw] bf16 (the GEMM
+// writes its groups' outputs back side by side, grouped_gemm_stacked_side_by_side).
 void split_groups(const float* o, int T, int G, int gw, bf16* og, cudaStream_t stream);
 // rope(o, T, H, hd, pos, inv_freq, rope_dim, attention_factor, inverse = true) then split_groups(o,
 // T, G, H * hd / G, og) in one pass (o is left as it was). Returns false, launching nothing, where
 // the one-pass form does not apply (hd, rope_dim, the group width not multiples of 4; unaligned).
 bool rope_inverse_split_groups(const float* o, int T, int H, int hd, const int64_t* pos, const float* inv_freq,
                                int rope_dim, float attention_factor, int G, bf16* og, cudaStream_t stream);
-void merge_groups(const float* zo, int T, int G, int r, bf16* out, cudaStream_t stream);
 
 // y[t, :] = x[t, :] * s (fp32, in place).
 void scale_rows(float* x, size_t n, float s, cudaStream_t stream);
