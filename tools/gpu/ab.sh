@@ -6,10 +6,13 @@
 # each case per variant and its change against base) and OUT_DIR/ab.tgz (raw JSON and logs; the
 # device tool returns at most 8 files).
 #
-#   tools/gpu/ab.sh OUT_DIR "MODEL_BENCH_ARGS" NAME=PATCH[+PATCH...] [NAME=...]
+#   tools/gpu/ab.sh OUT_DIR "MODEL_BENCH_ARGS" NAME=PATCH[+PATCH...] | NAME=env:VAR=VALUE[+VAR=VALUE...] ...
 #
 # PATCH: a file applied with `patch -p1` in the variant's copy; "-FILE" applies it in reverse (the
-# variant without a change the working tree already has). AB_ROUNDS (default 2). AB_GEMM_ARGS:
+# variant without a change the working tree already has). env:...: no copy and no build — the
+# working tree's binaries run with those environment settings (variants put behind environment
+# switches by a patch applied on the device only, never committed: one build instead of one per
+# variant, e.g. `static const int v = std::getenv("DI_EXP_X") ? ...` at the choice measured). AB_ROUNDS (default 2). AB_GEMM_ARGS:
 # also run `deepinfer_bench_gemm $AB_GEMM_ARGS` once in every tree (e.g. "--configs --ms 256").
 # AB_TESTS: GPU test binaries to run in every tree after the builds, each NAME[:GTEST_FILTER] for
 # build-gpu/deepinfer_cuda_NAME_tests (e.g. "gemm model:CudaModel.* fixture:*Tiny*"; list them in
@@ -21,18 +24,22 @@
 #   tools/gpu/ab.sh out/ab "--batches 1,256 --contexts 1024 --prefill 4096" without=-.gpuxab/change.patch
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-[ $# -ge 3 ] || { sed -n '2,16p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,24p' "$0"; exit 2; }
 out=$1; bench_args=$2; shift 2
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 root=$PWD; rounds=${AB_ROUNDS:-2}
 # The variant trees live under /tmp, where run_all.sh's default ../shared is not: every tree takes
 # the fixtures and oracle scripts this tree sees (DEEPINFER_SHARED, else ../shared), as an absolute path.
 shared=$(cd "${DEEPINFER_SHARED:-../shared}" 2>/dev/null && pwd) && export DEEPINFER_SHARED=$shared
-raw=$(mktemp -d); names=(base); dirs=("$root")
+raw=$(mktemp -d); names=(base); dirs=("$root"); envs=("")
 
 for spec in "$@"; do
   name=${spec%%=*}; patches=${spec#*=}
   [[ $name =~ ^[A-Za-z0-9_-]+$ && $spec == *=* ]] || { echo "bad variant '$spec' (NAME=PATCH[+PATCH...])"; exit 2; }
+  if [[ $patches == env:* ]]; then  # the working tree's build, run with these settings
+    names+=("$name"); dirs+=("$root"); envs+=("${patches#env:}")
+    continue
+  fi
   dir=/tmp/ab-$name
   rm -rf "$dir" && mkdir -p "$dir"
   tar c --exclude=./build-gpu --exclude=./.gpux . | tar x -C "$dir"
@@ -42,17 +49,21 @@ for spec in "$@"; do
     (cd "$dir" && patch -p1 -s $flag <"$root/$p") >"$raw/${name}_patch.log" 2>&1 ||
       { echo "variant $name: patch $flag $p does not apply"; cat "$raw/${name}_patch.log"; exit 1; }
   done
-  names+=("$name"); dirs+=("$dir")
+  names+=("$name"); dirs+=("$dir"); envs+=("")
 done
+# `env ${run_env[i]} CMD`: variant i's settings ("+"-separated in the spec) as env arguments.
+run_env=()
+for e in "${envs[@]}"; do run_env+=("${e//+/ }"); done
 
 echo "== $(date +%H:%M:%S) build ${names[*]}"
 pids=()
 for i in "${!names[@]}"; do
+  [[ -z ${envs[$i]} ]] || continue  # env variants run the base tree's build
   (cd "${dirs[$i]}" && bash tools/gpu/run_all.sh build "$raw/build_${names[$i]}" >"$raw/build_${names[$i]}.txt" 2>&1) &
   pids+=($!)
 done
-for i in "${!pids[@]}"; do
-  wait "${pids[$i]}" || { echo "build of ${names[$i]} FAILED"; tail -20 "$raw/build_${names[$i]}.txt"; exit 1; }
+for pid in "${pids[@]}"; do
+  wait "$pid" || { echo "a build FAILED"; tail -20 "$raw"/build_*.txt; exit 1; }
 done
 
 if [ -n "${AB_TESTS:-}" ]; then
@@ -64,7 +75,8 @@ if [ -n "${AB_TESTS:-}" ]; then
     for spec in $AB_TESTS; do
       echo "== $(date +%H:%M:%S) ${names[$i]}: $spec tests"
       log=$raw/test_${names[$i]}_${spec%%:*}.log
-      (cd "${dirs[$i]}" && gpu_test_run "$spec" "$log" "${AB_TEST_TIMEOUT:-300}")
+      (cd "${dirs[$i]}" && { [[ -z ${run_env[$i]} ]] || export ${run_env[$i]?}; } &&
+        gpu_test_run "$spec" "$log" "${AB_TEST_TIMEOUT:-300}")
       { echo "### ${names[$i]}: $spec: exit $?"; gpu_test_summary "$log" 40; echo; } >>"$out/tests.md"
     done
   done
@@ -75,14 +87,14 @@ if [ -n "${AB_GEMM_ARGS:-}" ]; then
   for i in "${!names[@]}"; do
     echo "== $(date +%H:%M:%S) gemm bench ${names[$i]}"
     # shellcheck disable=SC2086  # the arguments are meant to split
-    (cd "${dirs[$i]}" && timeout 300 build-gpu/deepinfer_bench_gemm $AB_GEMM_ARGS) >"$raw/gemm_${names[$i]}.jsonl" 2>&1
+    (cd "${dirs[$i]}" && env ${run_env[$i]} timeout 300 build-gpu/deepinfer_bench_gemm $AB_GEMM_ARGS) >"$raw/gemm_${names[$i]}.jsonl" 2>&1
   done
 fi
 for r in $(seq "$rounds"); do
   for i in "${!names[@]}"; do
     echo "== $(date +%H:%M:%S) model bench ${names[$i]}, round $r"
     # shellcheck disable=SC2086
-    (cd "${dirs[$i]}" && timeout 300 build-gpu/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json \
+    (cd "${dirs[$i]}" && env ${run_env[$i]} timeout 300 build-gpu/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json \
       $bench_args) >"$raw/model_${names[$i]}_$r.jsonl" 2>"$raw/model_${names[$i]}_$r.err" ||
       echo "model bench ${names[$i]} round $r failed: $(tail -1 "$raw/model_${names[$i]}_$r.err")"
   done

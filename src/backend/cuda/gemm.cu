@@ -173,10 +173,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(co
     grid_dependency_wait();  // the row offsets come from earlier kernels (a no-op without PDL)
     // Same (blockIdx.y) for all CTAs of a cluster, so the whole cluster leaves together.
     if (!locate_group_rows<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group, row_begin,
-                                     row_end))
+                                     row_end, &group_row0))
       return;
     n_tile = tile_index;
-    group_row0 = p.row_offsets[group];
     w = p.group_weights ? p.group_weights[group] : p.w + group * p.group_stride;
   } else {
     const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);
@@ -534,10 +533,11 @@ int choose_config(int rows, long long total_rows, int groups, int N, const Slice
 // kNone configs cannot combine slices: with S > 1 they are replaced by the same tile with the fold.
 // The wgmma tiles need K % 64 == 0 (whole k-tiles); where the TMA path cannot run (`tma` false)
 // they are replaced by the mma.sync tile of the same shape.
-int legal_config(int config, const SlicePlan& plan, bool tma) {
+int legal_config(int config, const SlicePlan& plan, bool tma, bool split = false) {
   if (config < 0 || config >= kNumConfigs) fail("gemm: unknown tile configuration", config);
   if (config == kWgmmaN256 && plan.num_slices > 1) config = kWgmmaN128;
-  if (config == kWgmmaN192Fold && !tma) config = kWgmmaN128;
+  // A 192-wide tile at n_begin = 192 i would straddle gemm_split's 256-aligned column runs (gemm_output.h).
+  if (config == kWgmmaN192Fold && (!tma || split)) config = kWgmmaN128;
   if (config == kWgmmaN128 && !tma) return plan.num_slices > 1 ? kM128N128Fold : kM128N128;
   if (config == kWgmmaN256 && !tma) return kM128N256;
   if ((config == kWgmmaM64Cluster || config == kWgmmaM64Cluster2 || config == kWgmmaM128Cluster ||
@@ -619,10 +619,7 @@ void gemm_impl(int config, const bf16* x, int M, int K, const bf16* W, int N, Ou
   if (split != nullptr) p.out = *split;
   p.M = M;
   p.w = W;
-  config = legal_config(config, plan, tma);
-  // A 192-wide tile at n_begin = 192 i would straddle the 256-aligned column runs (gemm_output.h).
-  if (split != nullptr && config == kWgmmaN192Fold) config = kWgmmaN128;
-  dispatch<OutT, false>(config, p, plan, 0, stream);
+  dispatch<OutT, false>(legal_config(config, plan, tma, split != nullptr), p, plan, 0, stream);
 }
 
 // gemm_split's layout rules (gemm.h): 1..kMaxOutputRuns widths, each a positive multiple of 4, all

@@ -151,13 +151,16 @@ __device__ bool locate_group_tile(const int* row_offsets, int num_groups, int bm
   tile = found_tile;
   return group >= 0;
 }
-// locate_group_tile, and the tile's rows: [row_begin, row_end) of the row-stacked input, at most bm.
+// locate_group_tile, and the tile's rows: [row_begin, row_end) of the row-stacked input, at most bm;
+// `group_begin` (optional) receives the group's first row, row_offsets[group].
 template <int kThreads>
 __device__ bool locate_group_rows(const int* row_offsets, int num_groups, int bm, int slot, int& group,
-                                  int& row_begin, int& row_end) {
+                                  int& row_begin, int& row_end, int* group_begin = nullptr) {
   int tile;
   if (!locate_group_tile<kThreads>(row_offsets, num_groups, bm, slot, group, tile)) return false;
-  row_begin = row_offsets[group] + tile * bm;
+  const int begin = row_offsets[group];
+  if (group_begin != nullptr) *group_begin = begin;
+  row_begin = begin + tile * bm;
   row_end = min(row_offsets[group + 1], row_begin + bm);
   return true;
 }

@@ -206,10 +206,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if constexpr (kGrouped) {
     // Same blockIdx.y for every CTA of a cluster, so a whole cluster leaves together.
     if (!locate_group_rows<kThreads>(p.row_offsets, p.num_groups, BM, static_cast<int>(blockIdx.y), group, row_begin,
-                                     row_end))
+                                     row_end, &group_row0))
       return;
     n_tile = tile_index;
-    group_row0 = p.row_offsets[group];
     w_row_begin = group * p.N + n_tile * BN;  // rows of the stacked weights
   } else {
     const int m_tile = raster_tile(tile_index, p.m_tiles, p.n_tiles, n_tile);
