@@ -59,21 +59,20 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 }
 
 // ---------------------------------------------------------------------------------------------
-// The 64 fp32 accumulators of one thread's m64n128 wgmma fragment as asm operands ("+f"), and their
-// placeholders %0..%63 / %64..%127 (an m64n256 instruction takes two fragments back to back), shared
-// by the wgmma wrappers of gemm_wgmma.cu and fp8_wgmma.cu.
-#define DEEPINFER_WGMMA_ACC64(d) \
+// The 32 fp32 accumulators of an m64n64 wgmma fragment as asm operands ("+f"); an m64n128 fragment
+// is two of them (DEEPINFER_WGMMA_ACC64), an m64n192 instruction's last 64 columns one (operands
+// %64..%95 after a 64-accumulator fragment).
+#define DEEPINFER_WGMMA_ACC32(d) \
   "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]), "+f"((d)[4]), "+f"((d)[5]), \
   "+f"((d)[6]), "+f"((d)[7]), "+f"((d)[8]), "+f"((d)[9]), "+f"((d)[10]), "+f"((d)[11]), \
   "+f"((d)[12]), "+f"((d)[13]), "+f"((d)[14]), "+f"((d)[15]), "+f"((d)[16]), "+f"((d)[17]), \
   "+f"((d)[18]), "+f"((d)[19]), "+f"((d)[20]), "+f"((d)[21]), "+f"((d)[22]), "+f"((d)[23]), \
   "+f"((d)[24]), "+f"((d)[25]), "+f"((d)[26]), "+f"((d)[27]), "+f"((d)[28]), "+f"((d)[29]), \
-  "+f"((d)[30]), "+f"((d)[31]), "+f"((d)[32]), "+f"((d)[33]), "+f"((d)[34]), "+f"((d)[35]), \
-  "+f"((d)[36]), "+f"((d)[37]), "+f"((d)[38]), "+f"((d)[39]), "+f"((d)[40]), "+f"((d)[41]), \
-  "+f"((d)[42]), "+f"((d)[43]), "+f"((d)[44]), "+f"((d)[45]), "+f"((d)[46]), "+f"((d)[47]), \
-  "+f"((d)[48]), "+f"((d)[49]), "+f"((d)[50]), "+f"((d)[51]), "+f"((d)[52]), "+f"((d)[53]), \
-  "+f"((d)[54]), "+f"((d)[55]), "+f"((d)[56]), "+f"((d)[57]), "+f"((d)[58]), "+f"((d)[59]), \
-  "+f"((d)[60]), "+f"((d)[61]), "+f"((d)[62]), "+f"((d)[63])
+  "+f"((d)[30]), "+f"((d)[31])
+// The 64 fp32 accumulators of one thread's m64n128 wgmma fragment as asm operands ("+f"), and their
+// placeholders %0..%63 / %64..%127 (an m64n256 instruction takes two fragments back to back), shared
+// by the wgmma wrappers of gemm_wgmma.cu and fp8_wgmma.cu.
+#define DEEPINFER_WGMMA_ACC64(d) DEEPINFER_WGMMA_ACC32(d), DEEPINFER_WGMMA_ACC32((d) + 32)
 #define DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_0 \
   "%0, %1, %2, %3, %4, %5, %6, %7," \
   "%8, %9, %10, %11, %12, %13, %14, %15," \
@@ -83,25 +82,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
   "%40, %41, %42, %43, %44, %45, %46, %47," \
   "%48, %49, %50, %51, %52, %53, %54, %55," \
   "%56, %57, %58, %59, %60, %61, %62, %63"
-// The 32 accumulators of an m64n64 fragment (the last 64 columns of an m64n192 instruction, whose
-// operands are %64..%95 after a 64-accumulator fragment).
-#define DEEPINFER_WGMMA_ACC32(d) \
-  "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]), "+f"((d)[4]), "+f"((d)[5]), \
-  "+f"((d)[6]), "+f"((d)[7]), "+f"((d)[8]), "+f"((d)[9]), "+f"((d)[10]), "+f"((d)[11]), \
-  "+f"((d)[12]), "+f"((d)[13]), "+f"((d)[14]), "+f"((d)[15]), "+f"((d)[16]), "+f"((d)[17]), \
-  "+f"((d)[18]), "+f"((d)[19]), "+f"((d)[20]), "+f"((d)[21]), "+f"((d)[22]), "+f"((d)[23]), \
-  "+f"((d)[24]), "+f"((d)[25]), "+f"((d)[26]), "+f"((d)[27]), "+f"((d)[28]), "+f"((d)[29]), \
-  "+f"((d)[30]), "+f"((d)[31])
 #define DEEPINFER_WGMMA_ACC32_PLACEHOLDERS_64 \
   "%64, %65, %66, %67, %68, %69, %70, %71," \
   "%72, %73, %74, %75, %76, %77, %78, %79," \
   "%80, %81, %82, %83, %84, %85, %86, %87," \
   "%88, %89, %90, %91, %92, %93, %94, %95"
 #define DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_64 \
-  "%64, %65, %66, %67, %68, %69, %70, %71," \
-  "%72, %73, %74, %75, %76, %77, %78, %79," \
-  "%80, %81, %82, %83, %84, %85, %86, %87," \
-  "%88, %89, %90, %91, %92, %93, %94, %95," \
+  DEEPINFER_WGMMA_ACC32_PLACEHOLDERS_64 "," \
   "%96, %97, %98, %99, %100, %101, %102, %103," \
   "%104, %105, %106, %107, %108, %109, %110, %111," \
   "%112, %113, %114, %115, %116, %117, %118, %119," \
