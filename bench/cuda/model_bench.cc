@@ -11,11 +11,14 @@
 // real context of C tokens would make it read, at a fraction of the set-up time.
 //
 // Usage: deepinfer_bench_model --config CONFIG.json [--batches 1,8,64,256] [--contexts 1024,32768]
-//        [--prefill 512,4096,32768] [--steps 20] [--profile 1] [--fp8-gemm 1]
+//        [--prefill 512,4096,32768] [--steps 20] [--profile 1] [--fp8-gemm 1] [--trace FILE]
 // step_ms: one synchronous forward() (host bookkeeping, copies and the wait included); chained_ms:
 // steps enqueued two deep as the engine runs them (the GPU's time a step while the host keeps up).
 // --profile 1 brackets the last decode step of each (batch, context) and the last prefill with
 // cudaProfilerStart/Stop, for `ncu --profile-from-start off` (tools/gpu/profile.sh).
+// --trace FILE writes the kernel timeline (start and end of every kernel, not serialized: CUPTI
+// concurrent-kernel records, kernel_trace.h) of the same steps to FILE; tools/gpu/trace_table.py
+// turns it into where a step's time goes (busy, idle gaps, overlap, per kernel).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_model.h"
+#include "kernel_trace.h"
 #include "model/config.h"
 
 using deepinfer::backend::cuda::CudaModel;
@@ -109,6 +113,7 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8, 64, 256}, contexts = {1024, 32768}, prefills = {512, 4096, 32768};
   int steps = 20;
   bool profile = false, fp8_gemm = false;
+  std::string trace_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--config") config_path = v;
@@ -118,6 +123,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::stoi(v);
     else if (a == "--profile") profile = std::stoi(v) != 0;
     else if (a == "--fp8-gemm") fp8_gemm = std::stoi(v) != 0;
+    else if (a == "--trace") trace_path = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -136,6 +142,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   const ModelConfig c = *parsed;
+  std::FILE* trace_file = nullptr;
+  if (!trace_path.empty() && (trace_file = std::fopen(trace_path.c_str(), "w")) == nullptr) {
+    std::fprintf(stderr, "--trace: cannot write %s\n", trace_path.c_str());
+    return 2;
+  }
+  deepinfer::bench::KernelTrace trace;
+  // Traces `work` (the kernels it enqueues, to the device's idle point) as `label` when --trace is set.
+  auto traced = [&](const std::string& label, bool on, auto&& work) {
+    std::string error;
+    const bool tracing = on && trace_file != nullptr && trace.start(&error);
+    if (on && trace_file != nullptr && !tracing) std::fprintf(stderr, "--trace: %s\n", error.c_str());
+    work();
+    if (tracing) {
+      cudaDeviceSynchronize();
+      trace.stop(label, trace_file);
+    }
+  };
   std::printf("{\"kind\":\"bandwidth\",\"gbs\":%.1f}\n", copy_bandwidth_gbs());
   std::fflush(stdout);
 
@@ -206,6 +229,11 @@ int main(int argc, char** argv) {
         if (failed("decode", st)) return 1;
         if (s >= 3) ms.push_back(std::chrono::duration<double, std::milli>(e - a).count());
       }
+      // One more step, traced (untimed: CUPTI's first enable costs host time).
+      deepinfer::Status traced_status;
+      traced("decode_b" + std::to_string(B) + "_ctx" + std::to_string(ctx), true,
+             [&] { traced_status = m.forward(step_batch(steps + 3), nullptr, &greedy); });
+      if (failed("decode", traced_status)) return 1;
       const double med = median(ms), fastest = *std::min_element(ms.begin(), ms.end());
       // Chained steps, as the engine runs them (CudaModel::submit_greedy / collect_greedy): step s
       // is enqueued before step s - 1 is collected, its tokens step s - 1's greedy rows taken on the
@@ -262,22 +290,30 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) seq[i] = static_cast<int32_t>((i * 2654435761u) % static_cast<unsigned>(c.vocab_size));
     std::vector<int> table(pages_per_seq);
     for (int p = 0; p < pages_per_seq; ++p) table[p] = p;
-    std::vector<double> ms;
-    for (int rep = 0; rep < 3; ++rep) {
+    // One prefill of the sequence, chunk by chunk.
+    auto prefill = [&]() -> deepinfer::Status {
       m.reset_slot(0);
       std::vector<float> logits;
-      if (profile && rep == 2) cudaProfilerStart();
-      const auto a = std::chrono::steady_clock::now();
       for (int b = 0; b < n; b += opt.max_step_tokens) {
         const int len = std::min(opt.max_step_tokens, n - b);
         SeqChunk sc{std::span<const int32_t>(seq).subspan(b, len), b, 0, table, LogitRows::kLast};
-        const auto st = m.forward(std::span<const SeqChunk>(&sc, 1), &logits);
-        if (!st.is_ok()) {
-          std::fprintf(stderr, "prefill %d: %s\n", n, st.to_string().c_str());
-          return 1;
-        }
+        DI_RETURN_IF_ERROR(m.forward(std::span<const SeqChunk>(&sc, 1), &logits));
       }
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+      return deepinfer::Status::ok();
+    };
+    std::vector<double> ms;
+    for (int rep = 0; rep < 4; ++rep) {
+      // Rep 3 is the traced one (--trace; untimed), when there is a trace to write.
+      if (rep == 3 && trace_file == nullptr) break;
+      if (profile && rep == 2) cudaProfilerStart();
+      const auto a = std::chrono::steady_clock::now();
+      deepinfer::Status st;
+      traced("prefill_" + std::to_string(n), rep == 3, [&] { st = prefill(); });
+      if (!st.is_ok()) {
+        std::fprintf(stderr, "prefill %d: %s\n", n, st.to_string().c_str());
+        return 1;
+      }
+      if (rep < 3) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
       if (profile && rep == 2) cudaProfilerStop();
     }
     // FLOPs: 2 x the weights a token multiplies (dense minus the head, plus K routed experts; the
