@@ -6,9 +6,12 @@ not serialized, CUDA graph replays and programmatic dependent launches included)
 
 Per traced case: the span (first kernel start to last kernel end), the busy time (the union of the
 kernels' intervals) and the idle time (span - busy). The span is then split with no overlap and
-nothing left over: every instant goes to the most recently started kernel still running (the
-step's frontier), and idle instants to the gap before the next kernel. Per kernel kind (the name
-without namespaces and template arguments): launches, attributed time, the kernels' own summed
+nothing left over: every instant goes to the earliest-started kernel still running, and idle
+instants to the gap before the next kernel. With programmatic dependent launch a kernel starts
+while its predecessor runs and waits for it (griddepcontrol.wait) after a prologue (the GEMMs'
+weight prefetch), so an instant with several kernels in flight belongs to the oldest: the one the
+others wait for. Per kernel kind (the name without namespaces and template arguments; GEMM kernels
+also by grid, which tells their calls apart): launches, attributed time, the kernels' own summed
 durations (overlapping ones counted in full), and the idle time just before them; then the longest
 gaps. --launches adds every launch in order (start, duration, idle before it, grid).
 """
@@ -35,6 +38,12 @@ def short_name(name):
     return re.sub(r"^.*::", "", s) or name
 
 
+def kind_name(kernel):
+    """short_name, and the grid for GEMM kernels (one kernel template serves many calls)."""
+    name = short_name(kernel[2])
+    return f"{name} {'x'.join(str(g) for g in kernel[3])}" if "gemm" in name and kernel[3] else name
+
+
 def split_span(kernels):
     """[(start, end, name)] sorted by start -> (attributed per index, idle gap before index)."""
     events = sorted({k[0] for k in kernels} | {k[1] for k in kernels})
@@ -43,7 +52,7 @@ def split_span(kernels):
     for a, b in zip(events, events[1:]):
         running = [i for i, k in enumerate(kernels) if k[0] <= a and k[1] >= b]
         if running:
-            attributed[max(running, key=lambda i: (kernels[i][0], i))] += b - a
+            attributed[min(running, key=lambda i: (kernels[i][0], i))] += b - a
         else:
             nxt = next(i for i, k in enumerate(kernels) if k[0] >= b)
             gap_before[nxt] += b - a
@@ -63,12 +72,12 @@ def table(case, rows, top, launches):
              "|---|---|---|---|---|---|"]
     kinds = collections.OrderedDict()
     for i, k in enumerate(kernels):
-        e = kinds.setdefault(short_name(k[2]), [0, 0, 0, 0])
+        e = kinds.setdefault(kind_name(k), [0, 0, 0, 0])
         e[0] += 1
         e[1] += attributed[i]
         e[2] += k[1] - k[0]
         e[3] += gap_before[i]
-    for name, (n, att, own, gap) in sorted(kinds.items(), key=lambda kv: -(kv[1][1] + kv[1][3]))[:top]:
+    for name, (n, att, own, gap) in sorted(kinds.items(), key=lambda kv: -kv[1][1])[:top]:
         lines.append(f"| {name} | {n} | {att / 1e3:.1f} | {100.0 * att / span:.1f} | {own / 1e3:.1f} | {gap / 1e3:.1f} |")
     lines += ["", "Longest idle gaps (before the kernel named; its launch index in the step):", "",
               "| us | before | index |", "|---|---|---|"]
