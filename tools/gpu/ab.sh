@@ -19,6 +19,9 @@
 # RUN_ALL_TARGETS too when that limits the build) -> OUT_DIR/tests.md (exit code and the lines
 # that carry measurements or failures, per tree); AB_TEST_TIMEOUT seconds each (default 300);
 # AB_TEST_TREES: only in these trees (names, e.g. "all"; default every tree).
+# AB_TRACE_ARGS: after the rounds, one `deepinfer_bench_model $AB_TRACE_ARGS --trace` in every tree
+# (e.g. "--batches 1 --contexts 1024 --prefill 4096") -> OUT_DIR/trace.md: each kernel kind's time
+# in every tree side by side (tools/gpu/trace_table.py), so a change shows in the kernels it touched.
 # Example (the working tree has a change, the variant leaves it out):
 #   git diff > .gpuxab/change.patch
 #   tools/gpu/ab.sh out/ab "--batches 1,256 --contexts 1024 --prefill 4096" without=-.gpuxab/change.patch
@@ -101,5 +104,20 @@ for r in $(seq "$rounds"); do
   # The table of the rounds so far, so a call cut off by its time limit still returns the finished ones.
   python3 tools/gpu/ab_table.py "$raw" "${names[@]}" >"$out/ab.md"
 done
+if [ -n "${AB_TRACE_ARGS:-}" ]; then
+  traces=()
+  for i in "${!names[@]}"; do
+    echo "== $(date +%H:%M:%S) trace ${names[$i]}"
+    # shellcheck disable=SC2086
+    (cd "${dirs[$i]}" && env ${run_env[$i]} timeout 120 build-gpu/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json \
+      $AB_TRACE_ARGS --trace "$raw/trace_${names[$i]}.jsonl") >"$raw/trace_${names[$i]}.out" 2>&1 &&
+      traces+=("${names[$i]}=$raw/trace_${names[$i]}.jsonl")
+  done
+  if [ ${#traces[@]} -ge 2 ]; then
+    python3 tools/gpu/trace_table.py "${traces[@]}" --top 40 >"$out/trace.md" 2>&1
+  elif [ ${#traces[@]} -eq 1 ]; then
+    python3 tools/gpu/trace_table.py "${traces[0]#*=}" --top 40 >"$out/trace.md" 2>&1
+  fi
+fi
 cat "$out/ab.md"
 tar czf "$out/ab.tgz" -C "$raw" . && rm -rf "$raw"

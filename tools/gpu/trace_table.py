@@ -3,6 +3,7 @@
 not serialized, CUDA graph replays and programmatic dependent launches included) -> markdown.
 
     python3 tools/gpu/trace_table.py TRACE.jsonl [--top 30] [--case decode_b1_ctx1024] [--launches]
+    python3 tools/gpu/trace_table.py base=A.jsonl new=B.jsonl ...   (side by side, per case)
 
 Per traced case: the span (first kernel start to last kernel end), the busy time (the union of the
 kernels' intervals) and the idle time (span - busy). The span is then split with no overlap and
@@ -13,7 +14,9 @@ weight prefetch), so an instant with several kernels in flight belongs to the ol
 others wait for. Per kernel kind (the name without namespaces and template arguments; GEMM kernels
 also by grid, which tells their calls apart): launches, attributed time, the kernels' own summed
 durations (overlapping ones counted in full), and the idle time just before them; then the longest
-gaps. --launches adds every launch in order (start, duration, idle before it, grid).
+gaps. --launches adds every launch in order (start, duration, idle before it, grid). Several
+NAME=FILE arguments (the trees of tools/gpu/ab.sh) give one table per case instead: each kind's
+attributed time in every trace, and its change against the first.
 """
 import argparse
 import collections
@@ -94,24 +97,67 @@ def table(case, rows, top, launches):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("trace")
-    ap.add_argument("--top", type=int, default=30)
-    ap.add_argument("--case", action="append", help="only these cases (default: all)")
-    ap.add_argument("--launches", action="store_true", help="also every launch in order")
-    args = ap.parse_args()
+def attributed_by_kind(rows):
+    """{kind: attributed ns} and the span of one case's records."""
+    kernels = sorted((r["start_ns"], r["end_ns"], r["name"], tuple(r.get("grid", ()))) for r in rows)
+    attributed, _ = split_span(kernels)
+    kinds = collections.Counter()
+    for i, k in enumerate(kernels):
+        kinds[kind_name(k)] += attributed[i]
+    return kinds, max(k[1] for k in kernels) - kernels[0][0]
+
+
+def compare(named_cases, top):
+    """named_cases: [(name, {case: rows})] -> one markdown table per case, traces side by side."""
+    names = [n for n, _ in named_cases]
+    out = []
+    for case in named_cases[0][1]:
+        per = [attributed_by_kind(cases[case]) if case in cases else (collections.Counter(), 0) for _, cases in named_cases]
+        kinds = sorted(set().union(*(k for k, _ in per)), key=lambda k: -max(p[0][k] for p in per))[:top]
+        head = "| kernel | " + " | ".join(f"{n} us" for n in names) + " |"
+        lines = [f"### {case}", "", head, "|---" * (len(names) + 1) + "|"]
+        lines.append("| span (all kernels) | " + " | ".join(f"{span / 1e3:.1f}" + (
+            f" ({100.0 * (span - per[0][1]) / per[0][1]:+.1f}%)" if i and per[0][1] else "") for i, (_, span) in enumerate(per)) + " |")
+        for k in kinds:
+            base = per[0][0][k]
+            cells = [f"{p[0][k] / 1e3:.1f}" + (f" ({(p[0][k] - base) / 1e3:+.1f})" if i else "") for i, p in enumerate(per)]
+            lines.append(f"| {k} | " + " | ".join(cells) + " |")
+        out.append("\n".join(lines) + "\n")
+    return "\n".join(out)
+
+
+def load(path, only):
     cases = collections.OrderedDict()
-    with open(args.trace) as f:
+    with open(path) as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
             r = json.loads(line)
-            if r.get("kind") == "trace" and (not args.case or r["case"] in args.case):
+            if r.get("kind") == "trace" and (not only or r["case"] in only):
                 cases.setdefault(r["case"], []).append(r)
     if not cases:
-        sys.exit(f"{args.trace}: no trace records")
+        sys.exit(f"{path}: no trace records")
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace", nargs="+", help="TRACE.jsonl, or several NAME=TRACE.jsonl to compare")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--case", action="append", help="only these cases (default: all)")
+    ap.add_argument("--launches", action="store_true", help="also every launch in order")
+    args = ap.parse_args()
+    if len(args.trace) > 1:
+        named = []
+        for spec in args.trace:
+            name, sep, path = spec.partition("=")
+            if not sep:
+                sys.exit(f"'{spec}': several traces are compared as NAME=FILE")
+            named.append((name, load(path, args.case)))
+        print(compare(named, args.top))
+        return
+    cases = load(args.trace[0], args.case)
     print("\n".join(table(c, rows, args.top, args.launches) for c, rows in cases.items()))
 
 
