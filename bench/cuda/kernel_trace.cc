@@ -101,9 +101,8 @@ bool KernelTrace::start(std::string* error) {
 int KernelTrace::stop(const std::string& label, std::FILE* out) {
   if (!started_) return -1;
   started_ = false;
-  cuptiActivityFlushAll(1);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-  cuptiActivityFlushAll(1);
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // every buffer, complete or not, to buffer_completed
   std::vector<KernelRecord> records;
   {
     std::lock_guard<std::mutex> lock(g_mutex);

@@ -16,9 +16,10 @@
 // steps enqueued two deep as the engine runs them (the GPU's time a step while the host keeps up).
 // --profile 1 brackets the last decode step of each (batch, context) and the last prefill with
 // cudaProfilerStart/Stop, for `ncu --profile-from-start off` (tools/gpu/profile.sh).
-// --trace FILE writes the kernel timeline (start and end of every kernel, not serialized: CUPTI
-// concurrent-kernel records, kernel_trace.h) of the same steps to FILE; tools/gpu/trace_table.py
-// turns it into where a step's time goes (busy, idle gaps, overlap, per kernel).
+// --trace FILE runs one more, untimed decode step per (batch, context) and one more prefill per
+// length, and writes their kernel timelines (start and end of every kernel, not serialized: CUPTI
+// concurrent-kernel records, kernel_trace.h) to FILE; tools/gpu/trace_table.py turns that into
+// where a step's time goes (busy, idle gaps, overlap, per kernel).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -148,16 +149,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   deepinfer::bench::KernelTrace trace;
-  // Traces `work` (the kernels it enqueues, to the device's idle point) as `label` when --trace is set.
-  auto traced = [&](const std::string& label, bool on, auto&& work) {
+  // With --trace: runs `work` once more, untimed (CUPTI's first enable costs host time), and writes
+  // the kernels it enqueues, to the device's idle point, as `label`.
+  auto traced = [&](const std::string& label, auto&& work) -> deepinfer::Status {
+    if (trace_file == nullptr) return deepinfer::Status::ok();
     std::string error;
-    const bool tracing = on && trace_file != nullptr && trace.start(&error);
-    if (on && trace_file != nullptr && !tracing) std::fprintf(stderr, "--trace: %s\n", error.c_str());
-    work();
+    const bool tracing = trace.start(&error);
+    if (!tracing) std::fprintf(stderr, "--trace: %s\n", error.c_str());
+    const deepinfer::Status st = work();
     if (tracing) {
       cudaDeviceSynchronize();
       trace.stop(label, trace_file);
     }
+    return st;
   };
   std::printf("{\"kind\":\"bandwidth\",\"gbs\":%.1f}\n", copy_bandwidth_gbs());
   std::fflush(stdout);
@@ -229,11 +233,9 @@ int main(int argc, char** argv) {
         if (failed("decode", st)) return 1;
         if (s >= 3) ms.push_back(std::chrono::duration<double, std::milli>(e - a).count());
       }
-      // One more step, traced (untimed: CUPTI's first enable costs host time).
-      deepinfer::Status traced_status;
-      traced("decode_b" + std::to_string(B) + "_ctx" + std::to_string(ctx), true,
-             [&] { traced_status = m.forward(step_batch(steps + 3), nullptr, &greedy); });
-      if (failed("decode", traced_status)) return 1;
+      if (failed("decode", traced("decode_b" + std::to_string(B) + "_ctx" + std::to_string(ctx),
+                                  [&] { return m.forward(step_batch(steps + 3), nullptr, &greedy); })))
+        return 1;
       const double med = median(ms), fastest = *std::min_element(ms.begin(), ms.end());
       // Chained steps, as the engine runs them (CudaModel::submit_greedy / collect_greedy): step s
       // is enqueued before step s - 1 is collected, its tokens step s - 1's greedy rows taken on the
@@ -301,21 +303,20 @@ int main(int argc, char** argv) {
       }
       return deepinfer::Status::ok();
     };
+    auto prefill_failed = [&](const deepinfer::Status& st) {
+      if (st.is_ok()) return false;
+      std::fprintf(stderr, "prefill %d: %s\n", n, st.to_string().c_str());
+      return true;
+    };
     std::vector<double> ms;
-    for (int rep = 0; rep < 4; ++rep) {
-      // Rep 3 is the traced one (--trace; untimed), when there is a trace to write.
-      if (rep == 3 && trace_file == nullptr) break;
+    for (int rep = 0; rep < 3; ++rep) {
       if (profile && rep == 2) cudaProfilerStart();
       const auto a = std::chrono::steady_clock::now();
-      deepinfer::Status st;
-      traced("prefill_" + std::to_string(n), rep == 3, [&] { st = prefill(); });
-      if (!st.is_ok()) {
-        std::fprintf(stderr, "prefill %d: %s\n", n, st.to_string().c_str());
-        return 1;
-      }
-      if (rep < 3) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+      if (prefill_failed(prefill())) return 1;
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
       if (profile && rep == 2) cudaProfilerStop();
     }
+    if (prefill_failed(traced("prefill_" + std::to_string(n), prefill))) return 1;
     // FLOPs: 2 x the weights a token multiplies (dense minus the head, plus K routed experts; the
     // head runs for one row) plus attention (scores and values over each token's rows, 64 heads)
     // and the indexer's scores.

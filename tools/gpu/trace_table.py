@@ -62,8 +62,13 @@ def split_span(kernels):
     return attributed, gap_before
 
 
+def sorted_kernels(rows):
+    """One case's records as (start, end, name, grid), by start."""
+    return sorted((r["start_ns"], r["end_ns"], r["name"], tuple(r.get("grid", ()))) for r in rows)
+
+
 def table(case, rows, top, launches):
-    kernels = sorted((r["start_ns"], r["end_ns"], r["name"], tuple(r.get("grid", ()))) for r in rows)
+    kernels = sorted_kernels(rows)
     span = max(k[1] for k in kernels) - kernels[0][0]
     attributed, gap_before = split_span(kernels)
     idle = sum(gap_before)
@@ -99,7 +104,7 @@ def table(case, rows, top, launches):
 
 def attributed_by_kind(rows):
     """{kind: attributed ns} and the span of one case's records."""
-    kernels = sorted((r["start_ns"], r["end_ns"], r["name"], tuple(r.get("grid", ()))) for r in rows)
+    kernels = sorted_kernels(rows)
     attributed, _ = split_span(kernels)
     kinds = collections.Counter()
     for i, k in enumerate(kernels):
