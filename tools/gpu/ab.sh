@@ -22,12 +22,14 @@
 # AB_TRACE_ARGS: after the rounds, one `deepinfer_bench_model $AB_TRACE_ARGS --trace` in every tree
 # (e.g. "--batches 1 --contexts 1024 --prefill 4096") -> OUT_DIR/trace.md: each kernel kind's time
 # in every tree side by side (tools/gpu/trace_table.py), so a change shows in the kernels it touched.
+# AB_PREBUILT=DIR: use DIR/NAME.tar.xz from tools/gpu/prebuild.sh (built without a GPU, carried) for
+# tree NAME ("base": the working tree) when it matches the tree's sources and loads here.
 # Example (the working tree has a change, the variant leaves it out):
 #   git diff > .gpuxab/change.patch
 #   tools/gpu/ab.sh out/ab "--batches 1,256 --contexts 1024 --prefill 4096" without=-.gpuxab/change.patch
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-[ $# -ge 3 ] || { sed -n '2,24p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,26p' "$0"; exit 2; }
 out=$1; bench_args=$2; shift 2
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 root=$PWD; rounds=${AB_ROUNDS:-2}
@@ -58,10 +60,48 @@ done
 run_env=()
 for e in "${envs[@]}"; do run_env+=("${e//+/ }"); done
 
+# AB_PREBUILT=DIR: binaries built elsewhere (tools/gpu/prebuild.sh) for trees whose sources they
+# match (STAMP) and which load here; the other trees are built as usual.
+prebuilt=()
+if [ -n "${AB_PREBUILT:-}" ]; then
+  # shellcheck source=tools/gpu/tree_stamp.sh
+  . tools/gpu/tree_stamp.sh
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  for i in "${!names[@]}"; do
+    prebuilt[i]=0
+    pack=$AB_PREBUILT/${names[$i]}.tar.xz
+    [[ -z ${envs[$i]} && -f $pack ]] || continue
+    tmp=$(mktemp -d)
+    if ! tar xJf "$pack" -C "$tmp"; then
+      echo "prebuilt ${names[$i]}: $pack does not unpack; building here"
+      rm -rf "$tmp"
+      continue
+    fi
+    if [ "$(cat "$tmp/STAMP")" != "$(tree_stamp "${dirs[$i]}")" ]; then
+      echo "prebuilt ${names[$i]}: built from other sources; building here"
+    elif ldd "$tmp"/deepinfer_* | grep -q 'not found'; then
+      echo "prebuilt ${names[$i]}: libraries missing here ($(ldd "$tmp"/deepinfer_* | grep -m1 'not found')); building here"
+    else
+      mkdir -p "${dirs[$i]}/build-gpu" && cp "$tmp"/* "${dirs[$i]}/build-gpu/" && prebuilt[i]=1
+      echo "prebuilt ${names[$i]}: $(for b in "$tmp"/deepinfer_*; do printf '%s ' "${b##*/}"; done)"
+    fi
+    rm -rf "$tmp"
+  done
+  # All or none: every tree's timings from one compiler's code.
+  for i in "${!names[@]}"; do
+    if [[ -z ${envs[$i]} && ${prebuilt[$i]} == 0 ]]; then
+      [[ " ${prebuilt[*]} " == *" 1 "* ]] && echo "not every tree has a usable pack: building every tree here"
+      for j in "${!names[@]}"; do prebuilt[j]=0; done
+      break
+    fi
+  done
+fi
+
 echo "== $(date +%H:%M:%S) build ${names[*]}"
 pids=()
 for i in "${!names[@]}"; do
   [[ -z ${envs[$i]} ]] || continue  # env variants run the base tree's build
+  [[ ${prebuilt[$i]:-0} == 1 ]] && continue
   (cd "${dirs[$i]}" && bash tools/gpu/run_all.sh build "$raw/build_${names[$i]}" >"$raw/build_${names[$i]}.txt" 2>&1) &
   pids+=($!)
 done
