@@ -83,6 +83,9 @@ if [ -n "${AB_PREBUILT:-}" ]; then
       echo "prebuilt ${names[$i]}: libraries missing here ($(ldd "$tmp"/deepinfer_* | grep -m1 'not found')); building here"
     else
       mkdir -p "${dirs[$i]}/build-gpu" && cp "$tmp"/* "${dirs[$i]}/build-gpu/" && prebuilt[i]=1
+      # The test binaries name their data by the source folder they were built in (prebuild.sh's
+      # /tmp/prebuild-NAME): point that path at this tree.
+      [ -e "/tmp/prebuild-${names[$i]}" ] || ln -s "${dirs[$i]}" "/tmp/prebuild-${names[$i]}"
       echo "prebuilt ${names[$i]}: $(for b in "$tmp"/deepinfer_*; do printf '%s ' "${b##*/}"; done)"
     fi
     rm -rf "$tmp"
