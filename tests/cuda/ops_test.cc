@@ -557,7 +557,7 @@ TEST(CudaOps, HcPreMatchesCpuBackend) {
 TEST(CudaOps, HcPreMixesKeepFp32Accuracy) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const int hc = 4, D = 4096, W = hc * D, nmix = (2 + hc) * hc;
-  for (int M : {5, 40, 600}) {  // one, two and four m16 tiles a warp
+  for (int M : {5, 40, 600}) {  // one m16 tile a warp, two, two in 2-step batches (prefill)
     const HcData d = make_hc_data(M, hc, D, nmix, 70 + M);
     const HcOut got = run_hc_pre(d, M, 20);
     std::vector<float> want(static_cast<size_t>(M) * hc);

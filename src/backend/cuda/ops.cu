@@ -91,16 +91,17 @@ __device__ __forceinline__ float rms_partial_sum(const float* xr, int n, bool ve
 __device__ __forceinline__ float rms_scale(float sum_squares, int n, float eps) {
   return 1.0f / sqrtf(sum_squares / static_cast<float>(n) + eps);
 }
+// A chunk's values v scaled by r, then by the weight's chunk w (when there is a weight).
+__device__ __forceinline__ float4 rms_scaled_values(float4 v, float r, bool has_weight, float4 w) {
+  float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
+  if (has_weight) y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
+  return y;
+}
 // Chunk c of a row scaled by r (and the weight).
 __device__ __forceinline__ float4 rms_scaled_chunk(const float* xr, int c, int n, bool vec, float r,
                                                    const float* weight) {
-  const float4 v = load4(xr, c, n, vec);
-  float4 y = make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
-  if (weight != nullptr) {
-    const float4 w = load4(weight, c, n, vec);
-    y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
-  }
-  return y;
+  return rms_scaled_values(load4(xr, c, n, vec), r, weight != nullptr,
+                           weight != nullptr ? load4(weight, c, n, vec) : float4{});
 }
 __device__ __forceinline__ void rms_scale_store(const float* xr, size_t row, int n, float r, const float* weight,
                                                 float* y_f32, bf16* y_bf16, bool vec, int first, int stride) {
@@ -132,14 +133,59 @@ __global__ void __launch_bounds__(kRmsThreads)
 constexpr int kRmsWarpMaxN = 2048;
 constexpr int kRmsWarpRows = 8;
 
-// The warp form's scale of row xr, in every lane; on return every lane has read its chunks (so the
-// row may be rewritten in place).
-__device__ __forceinline__ float warp_rms_scale(const float* xr, int n, bool vec, int lane, float eps) {
-  const float r = rms_scale(warp_sum(rms_partial_sum(xr, n, vec, lane, 32)), n, eps);
-  __syncwarp();
-  return r;
+// The warp form's row in registers: lane l holds chunks l, l + 32, ... (at most kRmsWarpChunks), all
+// loaded before any is used, so a row waits out memory latency once rather than once per chunk (a
+// decode step's norms are one or a few rows, on the critical path); the sum and the scaled values are
+// the same expressions in the same order as rms_partial_sum + warp_sum and rms_scaled_chunk, so the
+// bits do not change. Rows are read once (the second pass scales the registers), so y may alias x.
+// kChunks (4, 8 or 16 a lane: rows up to 512, 1024 or kRmsWarpMaxN values) sizes the registers, so
+// the per-head norms (n = 512) keep their occupancy.
+template <int kChunks>
+struct WarpRow {
+  float4 v[kChunks];  // chunk lane + 32 k of the row
+  float4 w[kChunks];  // the weight's same chunk (zeros without a weight)
+};
+template <int kChunks>
+__device__ __forceinline__ void warp_row_load(const float* xr, int n, bool vec, const float* weight, int lane,
+                                              WarpRow<kChunks>& row) {
+  const int chunks = ceil_div(n, 4);
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = lane + 32 * k;
+    if (c < chunks) {
+      row.v[k] = load4(xr, c, n, vec);
+      row.w[k] = weight != nullptr ? load4(weight, c, n, vec) : float4{};
+    }
+  }
+}
+// The row's scale, in every lane.
+template <int kChunks>
+__device__ __forceinline__ float warp_row_rms_scale(const WarpRow<kChunks>& row, int n, int lane, float eps) {
+  const int chunks = ceil_div(n, 4);
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k)
+    if (lane + 32 * k < chunks) ss = dot4(row.v[k], row.v[k], ss);
+  return rms_scale(warp_sum(ss), n, eps);
 }
 
+// Registers a lane's row needs: 4, 8 or 16 chunks (n <= kRmsWarpMaxN).
+int warp_row_chunks(int n) {
+  const int per_lane = ceil_div(ceil_div(n, 4), 32);
+  return per_lane <= 4 ? 4 : per_lane <= 8 ? 8 : 16;
+}
+static_assert(kRmsWarpMaxN == 16 * 4 * 32, "the largest WarpRow holds a kRmsWarpMaxN row");
+// Calls f(std::integral_constant<int, chunks>{}) for warp_row_chunks(n).
+template <typename F>
+void with_warp_row_chunks(int n, F&& f) {
+  switch (warp_row_chunks(n)) {
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: return f(std::integral_constant<int, 16>{});
+  }
+}
+
+template <int kChunks>
 __global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const float* x, int M, int n,
                                                                           const float* weight, float eps, float* y_f32,
                                                                           bf16* y_bf16, bool vec) {
@@ -148,8 +194,18 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const 
   const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
   if (m >= M) return;
   const size_t row = static_cast<size_t>(m) * static_cast<size_t>(n);
-  const float r = warp_rms_scale(x + row, n, vec, lane, eps);  // (y_f32 may alias x)
-  rms_scale_store(x + row, row, n, r, weight, y_f32, y_bf16, vec, lane, 32);
+  WarpRow<kChunks> values;
+  warp_row_load(x + row, n, vec, weight, lane, values);
+  const float r = warp_row_rms_scale(values, n, lane, eps);
+  const int chunks = ceil_div(n, 4);
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = lane + 32 * k;
+    if (c >= chunks) break;
+    const float4 y = rms_scaled_values(values.v[k], r, weight != nullptr, values.w[k]);
+    if (y_f32 != nullptr) store4(y_f32 + row, c, n, vec, y);
+    if (y_bf16 != nullptr) store4_bf16(y_bf16 + row, c, n, vec, y);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -383,22 +439,28 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 // 16-byte slots a lane fills per step: chunk c of its 2 kMT token rows, then of its kNT fn rows.
 template <int kMT, int kNT>
 constexpr int kHcSlots = 2 * kMT + kNT;
-constexpr int kHcBatchSteps = 4;  // steps whose loads are all in flight at once (V4: a warp's whole range)
+// kBatch: steps whose loads are all in flight at once. 4 (a V4 warp's whole range) at one CTA an
+// SM; 2 at two CTAs an SM (prefill), where one CTA's loads overlap the other's mma chain and
+// reduction (one CTA alone runs load, compute and reduce one after the other).
+template <int kBatch>
+constexpr int hc_dots_ctas_per_sm() {
+  return kBatch <= 2 ? 2 : 1;
+}
 
-template <int kMT, int kNT>
+template <int kMT, int kNT, int kBatch>
 constexpr size_t hc_dots_smem_bytes(int kVals) {
-  const size_t stage = static_cast<size_t>(kHcWarps) * kHcBatchSteps * kHcSlots<kMT, kNT> * 32 * 16;
+  const size_t stage = static_cast<size_t>(kHcWarps) * kBatch * kHcSlots<kMT, kNT> * 32 * 16;
   const size_t reduce = static_cast<size_t>(kHcWarps) * 16 * kMT * kVals * sizeof(float);
   return stage > reduce ? stage : reduce;
 }
 
-template <int HC, int kMix, int kMT, bool kHead>
-__global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
+template <int HC, int kMix, int kMT, bool kHead, int kBatch>
+__global__ void __launch_bounds__(kHcThreads, hc_dots_ctas_per_sm<kBatch>()) hc_dots_kernel(HcArgs a) {
   constexpr int kVals = kMix + 1;  // per token: kMix dot products, then the sum of squares
   constexpr int kNT = (kMix + 7) / 8;
   constexpr int kRows = 16 * kMT;
   constexpr int kSlots = kHcSlots<kMT, kNT>;
-  // [kHcWarps][kHcBatchSteps][kSlots][32] float4: each lane's own loads (it alone writes and reads
+  // [kHcWarps][kBatch][kSlots][32] float4: each lane's own loads (it alone writes and reads
   // its slots, so cp.async.wait_group is all the synchronisation a batch needs); afterwards the
   // same memory holds the reduction [kHcWarps][kRows][kVals] floats.
   extern __shared__ float4 stage_s[];
@@ -412,7 +474,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
   const int c1 = static_cast<int>(static_cast<long long>(chunks) * (range + 1) / ranges);
   const int steps = ceil_div(c1 - c0, 4);
   const int tok0 = static_cast<int>(blockIdx.x) * kRows;
-  float4* const my_slots = stage_s + static_cast<size_t>(warp) * kHcBatchSteps * kSlots * 32 + lane;
+  float4* const my_slots = stage_s + static_cast<size_t>(warp) * kBatch * kSlots * 32 + lane;
   const auto slot = [&](int step_in_batch, int k) -> float4& { return my_slots[(step_in_batch * kSlots + k) * 32]; };
   // Slot k of a step <- chunk c of `row` (zeros past the range, for absent rows and past W).
   const auto fill = [&](int step_in_batch, int k, const float* row, int c) {
@@ -429,7 +491,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) fn_row[nt] = 8 * nt + g < kMix ? a.fn + static_cast<size_t>(8 * nt + g) * W : nullptr;
   const auto fill_fn = [&](int b0) {
-    for (int i = 0; i < kHcBatchSteps && b0 + i < steps; ++i)
+    for (int i = 0; i < kBatch && b0 + i < steps; ++i)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) fill(i, 2 * kMT + nt, fn_row[nt], c0 + 4 * (b0 + i) + t);
   };
@@ -457,16 +519,16 @@ __global__ void __launch_bounds__(kHcThreads) hc_dots_kernel(HcArgs a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
   }
-  for (int b0 = 0; b0 < steps; b0 += kHcBatchSteps) {
+  for (int b0 = 0; b0 < steps; b0 += kBatch) {
     if (b0 > 0) fill_fn(b0);
-    for (int i = 0; i < kHcBatchSteps && b0 + i < steps; ++i)
+    for (int i = 0; i < kBatch && b0 + i < steps; ++i)
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) fill(i, 2 * mt + h, x_row[mt][h], c0 + 4 * (b0 + i) + t);
     gemm_common::cp_async_commit();
     gemm_common::cp_async_wait<0>();
-    for (int i = 0; i < kHcBatchSteps && b0 + i < steps; ++i) {
+    for (int i = 0; i < kBatch && b0 + i < steps; ++i) {
       float4 x[kMT][2], f[kNT];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -987,26 +1049,27 @@ unsigned cast_grid(size_t n) {
   return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(blocks, 1), 8192));
 }
 
-template <int HC, int kMix, int kMT, bool kHead>
+template <int HC, int kMix, int kMT, bool kHead, int kBatch = 4>
 void launch_hc_dots(const HcArgs& a, cudaStream_t stream) {
-  const size_t smem = hc_dots_smem_bytes<kMT, (kMix + 7) / 8>(kMix + 1);
+  const size_t smem = hc_dots_smem_bytes<kMT, (kMix + 7) / 8, kBatch>(kMix + 1);
   static bool configured = false;  // per instantiation (its shared memory is fixed)
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(hc_dots_kernel<HC, kMix, kMT, kHead>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(hc_dots_kernel<HC, kMix, kMT, kHead, kBatch>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(ceil_div(a.M, 16 * kMT)), static_cast<unsigned>(a.splits));
-  hc_dots_kernel<HC, kMix, kMT, kHead><<<grid, kHcThreads, smem, stream>>>(a);
+  hc_dots_kernel<HC, kMix, kMT, kHead, kBatch><<<grid, kHcThreads, smem, stream>>>(a);
 }
 
 // Runs hc_dots then hc_finish for kMix mixes (hc_pre: (2 + hc) hc; hc_head: hc).
 template <int HC, int kMix, bool kHead>
 void launch_hc(HcArgs a, cudaStream_t stream) {
   // m16 tiles a warp takes: one for a few tokens (no rows wasted), two for decode batches (fn read
-  // once per 32 tokens, 256 CTAs at batch 256), four for prefill (fn's L2 reads a quarter of x's
-  // HBM reads). More than 3 n8 tiles (hc > 4 in hc_pre) keep one (accumulator registers). The
-  // choice does not change a token's bits (hc_dots' comment).
+  // once per 32 tokens, 256 CTAs at batch 256) and for prefill at two CTAs an SM (2-step batches:
+  // 57 KB of staging and <= 128 registers a thread; four m16 tiles would spill there). More than 3
+  // n8 tiles (hc > 4 in hc_pre) keep one (accumulator registers). None of this changes a token's
+  // bits (hc_dots' comment).
   constexpr bool kWide = (kMix + 7) / 8 <= 3;
   if (!kWide || a.M <= 16)
     launch_hc_dots<HC, kMix, 1, kHead>(a, stream);
@@ -1014,7 +1077,7 @@ void launch_hc(HcArgs a, cudaStream_t stream) {
     if (a.M <= 512)
       launch_hc_dots<HC, kMix, 2, kHead>(a, stream);
     else
-      launch_hc_dots<HC, kMix, 4, kHead>(a, stream);
+      launch_hc_dots<HC, kMix, 2, kHead, 2>(a, stream);
   }
   hc_finish_kernel<HC, kMix, kHead><<<static_cast<unsigned>(a.M), hc_finish_threads<kHead>(), 0, stream>>>(a);
 }
@@ -1026,6 +1089,7 @@ void launch_hc(HcArgs a, cudaStream_t stream) {
 // row (rms_norm's warp form for the sum and scale, rope_kernel's expressions for the rotation). The
 // vector layout only (n and rope_dim multiples of 4, 16-byte aligned rows).
 
+template <int kChunks>
 __global__ void __launch_bounds__(32 * kRmsWarpRows)
     norm_rope_kernel(const float* x, int rows, int heads, int n, const float* weight, float eps, bool round_mid,
                      const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int rope_dim,
@@ -1035,11 +1099,16 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows)
   const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
   if (m >= rows) return;
   const size_t row = static_cast<size_t>(m) * static_cast<size_t>(n);
-  const float r = warp_rms_scale(x + row, n, true, lane, eps);  // (y_f32 may alias x)
+  WarpRow<kChunks> values;
+  warp_row_load(x + row, n, true, weight, lane, values);
+  const float r = warp_row_rms_scale(values, n, lane, eps);
   const float p = static_cast<float>(pos[m / heads]);
   const int first_rotated = (n - rope_dim) / 4;  // chunk index
-  for (int c = lane; c < n / 4; c += 32) {
-    float4 y = rms_scaled_chunk(x + row, c, n, true, r, weight);
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = lane + 32 * k;
+    if (c >= n / 4) break;
+    float4 y = rms_scaled_values(values.v[k], r, weight != nullptr, values.w[k]);
     if (round_mid) y = round_bf16x4(y);
     if (c >= first_rotated) {
       const int i = 2 * (c - first_rotated);  // pairs i and i + 1 of the rotated tail
@@ -1067,8 +1136,11 @@ void rms_norm(const float* x, int M, int n, const float* weight, float eps, floa
   const bool vec = n % 4 == 0 && aligned(x, 16) && (weight == nullptr || aligned(weight, 16)) &&
                    (y_f32 == nullptr || aligned(y_f32, 16)) && (y_bf16 == nullptr || aligned(y_bf16, 8));
   if (n <= kRmsWarpMaxN) {
-    rms_norm_warp_kernel<<<static_cast<unsigned>((M + kRmsWarpRows - 1) / kRmsWarpRows), 32 * kRmsWarpRows, 0, stream>>>(
-        x, M, n, weight, eps, y_f32, y_bf16, vec);
+    with_warp_row_chunks(n, [&](auto chunks) {
+      rms_norm_warp_kernel<decltype(chunks)::value>
+          <<<static_cast<unsigned>((M + kRmsWarpRows - 1) / kRmsWarpRows), 32 * kRmsWarpRows, 0, stream>>>(
+              x, M, n, weight, eps, y_f32, y_bf16, vec);
+    });
     return;
   }
   rms_norm_kernel<<<static_cast<unsigned>(M), kRmsThreads, 0, stream>>>(x, n, weight, eps, y_f32, y_bf16, vec);
@@ -1110,8 +1182,11 @@ void norm_rope(float* x, int M, int heads, int n, const float* weight, float eps
     if (y_bf16 != nullptr) to_bf16(x, static_cast<size_t>(rows) * n, y_bf16, stream);
     return;
   }
-  norm_rope_kernel<<<static_cast<unsigned>((rows + kRmsWarpRows - 1) / kRmsWarpRows), 32 * kRmsWarpRows, 0, stream>>>(
-      x, rows, heads, n, weight, eps, round_mid, pos, inv_freq, rope_dim, attention_factor, y_f32, y_bf16);
+  with_warp_row_chunks(n, [&](auto chunks) {
+    norm_rope_kernel<decltype(chunks)::value>
+        <<<static_cast<unsigned>((rows + kRmsWarpRows - 1) / kRmsWarpRows), 32 * kRmsWarpRows, 0, stream>>>(
+            x, rows, heads, n, weight, eps, round_mid, pos, inv_freq, rope_dim, attention_factor, y_f32, y_bf16);
+  });
 }
 
 size_t hc_workspace_bytes(int M, int hc, int D, bool head) {
