@@ -37,6 +37,8 @@ root=$PWD; rounds=${AB_ROUNDS:-2}
 # the fixtures and oracle scripts this tree sees (DEEPINFER_SHARED, else ../shared), as an absolute path.
 shared=$(cd "${DEEPINFER_SHARED:-../shared}" 2>/dev/null && pwd) && export DEEPINFER_SHARED=$shared
 raw=$(mktemp -d); names=(base); dirs=("$root"); envs=("")
+# shellcheck source=tools/gpu/trees.sh
+. tools/gpu/trees.sh
 
 for spec in "$@"; do
   name=${spec%%=*}; patches=${spec#*=}
@@ -48,12 +50,8 @@ for spec in "$@"; do
   dir=/tmp/ab-$name
   rm -rf "$dir" && mkdir -p "$dir"
   tar c --exclude=./build-gpu --exclude=./.gpux . | tar x -C "$dir"
-  IFS=+ read -ra list <<<"$patches"
-  for p in "${list[@]}"; do
-    flag=; [[ $p == -* ]] && flag=-R && p=${p#-}
-    (cd "$dir" && patch -p1 -s $flag <"$root/$p") >"$raw/${name}_patch.log" 2>&1 ||
-      { echo "variant $name: patch $flag $p does not apply"; cat "$raw/${name}_patch.log"; exit 1; }
-  done
+  apply_patches "$dir" "$root" "$patches" >"$raw/${name}_patch.log" 2>&1 ||
+    { echo "variant $name:"; cat "$raw/${name}_patch.log"; exit 1; }
   names+=("$name"); dirs+=("$dir"); envs+=("")
 done
 # `env ${run_env[i]} CMD`: variant i's settings ("+"-separated in the spec) as env arguments.
@@ -64,8 +62,6 @@ for e in "${envs[@]}"; do run_env+=("${e//+/ }"); done
 # match (STAMP) and which load here; the other trees are built as usual.
 prebuilt=()
 if [ -n "${AB_PREBUILT:-}" ]; then
-  # shellcheck source=tools/gpu/tree_stamp.sh
-  . tools/gpu/tree_stamp.sh
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   for i in "${!names[@]}"; do
     prebuilt[i]=0
@@ -77,10 +73,11 @@ if [ -n "${AB_PREBUILT:-}" ]; then
       rm -rf "$tmp"
       continue
     fi
+    missing=$(ldd "$tmp"/deepinfer_* | grep -m1 'not found')
     if [ "$(cat "$tmp/STAMP")" != "$(tree_stamp "${dirs[$i]}")" ]; then
       echo "prebuilt ${names[$i]}: built from other sources; building here"
-    elif ldd "$tmp"/deepinfer_* | grep -q 'not found'; then
-      echo "prebuilt ${names[$i]}: libraries missing here ($(ldd "$tmp"/deepinfer_* | grep -m1 'not found')); building here"
+    elif [ -n "$missing" ]; then
+      echo "prebuilt ${names[$i]}: libraries missing here ($missing); building here"
     else
       mkdir -p "${dirs[$i]}/build-gpu" && cp "$tmp"/* "${dirs[$i]}/build-gpu/" && prebuilt[i]=1
       # The test binaries name their data by the source folder they were built in (prebuild.sh's

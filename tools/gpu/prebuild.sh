@@ -8,7 +8,7 @@
 # "base" is the working tree as it is. Every tree is built in /tmp/prebuild-NAME (kept, so the next
 # run of the same tree rebuilds only what changed) with RUN_ALL_TARGETS (default: the model bench
 # and the attention, ops and gemm tests) and packed to OUT_DIR/NAME.tar.xz: build-gpu's binaries and
-# a STAMP of the tree's sources (tree_stamp.sh). ab.sh AB_PREBUILT=OUT_DIR unpacks them into its trees when
+# a STAMP of the tree's sources (trees.sh). ab.sh AB_PREBUILT=OUT_DIR unpacks them into its trees when
 # the stamp matches and the binaries load there; otherwise it builds on the GPU machine as before.
 # OUT_DIR goes to the GPU machine in `carry` (the binaries are ~4 MB each compressed).
 set -uo pipefail
@@ -25,8 +25,8 @@ if command -v ccache >/dev/null; then
   launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 targets=${RUN_ALL_TARGETS:-deepinfer_bench_model deepinfer_cuda_attention_tests deepinfer_cuda_ops_tests deepinfer_cuda_gemm_tests}
-# shellcheck source=tools/gpu/tree_stamp.sh
-. tools/gpu/tree_stamp.sh
+# shellcheck source=tools/gpu/trees.sh
+. tools/gpu/trees.sh
 
 for spec in "$@"; do
   name=${spec%%=*}; patches=; [[ $spec == *=* ]] && patches=${spec#*=}
@@ -37,13 +37,7 @@ for spec in "$@"; do
   # the build folder stays, so ninja rebuilds only what changed.
   find "$dir" -mindepth 1 -maxdepth 1 ! -name build-gpu -exec rm -rf {} +
   git ls-files -z -co --exclude-standard | tar c --null -T - | tar x -C "$dir"
-  if [ -n "$patches" ]; then
-    IFS=+ read -ra list <<<"$patches"
-    for p in "${list[@]}"; do
-      flag=; [[ $p == -* ]] && flag=-R && p=${p#-}
-      (cd "$dir" && patch -p1 -s $flag <"$root/$p") || { echo "tree $name: patch $flag $p does not apply"; exit 1; }
-    done
-  fi
+  if [ -n "$patches" ]; then apply_patches "$dir" "$root" "$patches" || { echo "tree $name: see above"; exit 1; }; fi
   echo "== $(date +%H:%M:%S) build $name"
   # Not run_all.sh's build stage: that one points the build at the fixtures of this machine, which
   # the GPU machine does not have at the same path (the tests built here need none).
