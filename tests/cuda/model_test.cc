@@ -244,16 +244,20 @@ TEST(CudaModel, RealDimensionsMatchTheCpuBackend) {
 // Decode steps run as CUDA graphs (recorded on the second step of a batch size, replayed after):
 // a batch of 3 sequences decoded 40 steps gives bitwise the logits of the same steps run eagerly,
 // and the graphs do replay.
+// Graph replays against eager steps, and concurrent branches (a second stream, a forked graph)
+// against one stream: the same kernels on the same data, so the same bits.
 TEST(CudaModel, DecodeGraphsReplayBitwiseLikeEagerSteps) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ModelConfig c = model::default_model_config();
   const ModelWeights w = model::default_model_weights(c, 21);
   std::vector<std::vector<float>> runs;
-  for (bool graphs : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool graphs = variant & 1, branches = variant & 2;
     CudaModelOptions opt;
     opt.num_slots = 3;
     opt.num_blocks = 12;
     opt.cuda_graphs = graphs;
+    opt.concurrent_branches = branches;
     auto gpu = CudaModel::create(c, w, model::Numerics::kExact, opt);
     ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
     std::vector<std::vector<int32_t>> seqs;
@@ -280,10 +284,14 @@ TEST(CudaModel, DecodeGraphsReplayBitwiseLikeEagerSteps) {
     }
     if (graphs) EXPECT_GE((*gpu)->graph_replays(), 38u);
     else EXPECT_EQ((*gpu)->graph_replays(), 0u);
+    // The 81-token prompt step runs on one stream (kBranchMaxRows), the 40 decode steps fork.
+    EXPECT_EQ((*gpu)->branched_steps(), branches ? 40u : 0u);
     runs.push_back(all);
   }
-  ASSERT_EQ(runs[0].size(), runs[1].size());
-  EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4), 0);
+  for (int variant = 1; variant < 4; ++variant) {
+    ASSERT_EQ(runs[0].size(), runs[variant].size());
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[variant].data(), runs[0].size() * 4), 0) << "variant " << variant;
+  }
 }
 
 // Dimensions outside what the kernels are written for are refused with the config field named,

@@ -1021,6 +1021,65 @@ TEST(CudaOps, MoePermuteIsTheStableCountingSort) {
   }
 }
 
+// At T <= 4 moe_route writes moe_permute's outputs too (one launch less a decode step): the same
+// sel and w as routing alone, the same rows as moe_permute, with learned and hash routing, with and
+// without the weights; at T = 5 it leaves the permutation to moe_permute (and says so).
+TEST(CudaOps, MoeRouteAlsoPermutesAtFewTokens) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int T, E, K;
+    bool hash, weights;
+  };
+  for (const Case& c : {Case{1, 256, 6, false, true}, Case{2, 32, 6, false, true}, Case{4, 256, 8, false, false},
+                        Case{3, 64, 6, true, true}, Case{4, 7, 7, false, true}, Case{5, 256, 6, false, true}}) {
+    const std::string what = "T " + std::to_string(c.T) + " E " + std::to_string(c.E) + " K " + std::to_string(c.K) +
+                             (c.hash ? " hash" : "") + (c.weights ? "" : " no weights");
+    const size_t N = static_cast<size_t>(c.T) * c.K;
+    const std::vector<float> logits = random_floats(static_cast<size_t>(c.T) * c.E, -3.0f, 3.0f, 40 + c.T + c.E);
+    const std::vector<float> bias = random_floats(static_cast<size_t>(c.E), -0.5f, 0.5f, 41);
+    const std::vector<int> tokens = random_ints(static_cast<size_t>(c.T), 0, 99, 42);
+    std::vector<int> tid2eid;
+    if (c.hash) {
+      tid2eid = random_ints(static_cast<size_t>(100) * c.K, 0, c.E - 1, 43);
+      for (int v = 0; v < 100; v += 7)  // some tokens with a repeated expert
+        tid2eid[static_cast<size_t>(v) * c.K + 1] = tid2eid[static_cast<size_t>(v) * c.K];
+    }
+    DeviceBuffer<float> d_logits(logits), d_bias(bias);
+    DeviceBuffer<int> d_tokens(tokens), d_tid2eid(c.hash ? tid2eid : std::vector<int>{0});
+    DeviceBuffer<int> d_sel(N), d_sel2(N), d_offsets(c.E + 1), d_token(N), d_row_of(N);
+    DeviceBuffer<int> d_offsets2(c.E + 1), d_token2(N), d_row_of2(N);
+    DeviceBuffer<float> d_w(N), d_w2(N), d_weight(N), d_weight2(N);
+    const int32_t* t2e = c.hash ? d_tid2eid.get() : nullptr;
+    // Routing, then moe_permute: the reference.
+    EXPECT_FALSE(moe_route(d_logits.get(), c.T, c.E, c.K, Scoring::kSqrtSoftplus, d_bias.get(), t2e, d_tokens.get(),
+                           1.5f, d_sel.get(), d_w.get(), nullptr))
+        << what;
+    moe_permute(d_sel.get(), d_w.get(), c.T, c.K, c.E, d_offsets.get(), d_token.get(),
+                c.weights ? d_weight.get() : nullptr, d_row_of.get(), nullptr);
+    // Routing that permutes as well where it can.
+    const MoePermutation perm{d_offsets2.get(), d_token2.get(), c.weights ? d_weight2.get() : nullptr,
+                              d_row_of2.get()};
+    const bool permuted = moe_route(d_logits.get(), c.T, c.E, c.K, Scoring::kSqrtSoftplus, d_bias.get(), t2e,
+                                    d_tokens.get(), 1.5f, d_sel2.get(), d_w2.get(), nullptr, &perm);
+    EXPECT_EQ(permuted, c.T <= 4) << what;
+    if (!permuted)
+      moe_permute(d_sel2.get(), d_w2.get(), c.T, c.K, c.E, d_offsets2.get(), d_token2.get(),
+                  c.weights ? d_weight2.get() : nullptr, d_row_of2.get(), nullptr);
+    sync();
+    EXPECT_EQ(d_sel2.download(), d_sel.download()) << what;
+    EXPECT_TRUE(same_bits(d_w2.download(), d_w.download())) << what;
+    const std::vector<int> sel = d_sel.download();
+    const Permutation want = permute_ref(sel, d_w.download(), c.T, c.K, c.E);
+    EXPECT_EQ(d_offsets.download(), want.offsets) << what;  // the reference itself
+    EXPECT_EQ(d_offsets2.download(), want.offsets) << what;
+    EXPECT_EQ(d_token2.download(), want.token) << what;
+    EXPECT_EQ(d_row_of2.download(), want.row_of) << what;
+    if (c.weights) {
+      EXPECT_TRUE(same_bits(d_weight2.download(), want.weight)) << what;
+    }
+  }
+}
+
 TEST(CudaOps, GatherRowsCopiesRows) {
   SKIP_WITHOUT_CUDA_DEVICE();
   struct Case {

@@ -134,6 +134,11 @@ Status CudaModel::Impl::allocate_cache_and_work() {
     DI_CUDA_RETURN(cudaEventCreateWithFlags(&step_done[p], cudaEventDisableTiming));
   }
   DI_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int least = 0, greatest = 0;
+  DI_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  DI_CUDA_RETURN(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatest));
+  for (cudaEvent_t* e : {&fork_event, &join_event, &handoff_event})
+    DI_CUDA_RETURN(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   return Status::ok();
 }
 
@@ -435,6 +440,9 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     tap(tap_name(layer, what), tap_host.data(), n);
   };
 
+  // Concurrent branches (CudaModelOptions::concurrent_branches; the forward below forks and joins).
+  const bool branches = opt.concurrent_branches && !release && !tap && T <= kBranchMaxRows;
+
   // Everything from here to the logits copy is launches only (no allocation, no synchronization),
   // so it can be recorded into a CUDA graph.
   auto enqueue = [&]() {
@@ -469,12 +477,30 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   // y = x W^T for a projection: on the FP8 tensor cores when W has its FP8 form (release numerics,
   // CudaModelOptions::fp8_gemm), else the bf16 GEMM on the FP8-rounded input (the same products).
   // x may be overwritten (the FP8 path leaves it alone; qin writes xq).
-  auto proj = [&](const bf16* x, int M, int K, const DevMatrix& W, int N, float* y) {
+  // `on`: the stream of the chain it belongs to (release numerics never fork: its scratch xq and
+  // act_fp8 serve every projection).
+  auto proj = [&](const bf16* x, int M, int K, const DevMatrix& W, int N, float* y, cudaStream_t on) {
     if (rel && W.fp8 != nullptr) {
-      fp8::quantize_fp8_rows(x, M, K, act_fp8, act_fp8_scales, s);
-      if (fp8::tma::gemm_fp8(act_fp8, act_fp8_scales, M, K, W.fp8, W.fp8_scales, N, y, s)) return;
+      fp8::quantize_fp8_rows(x, M, K, act_fp8, act_fp8_scales, on);
+      if (fp8::tma::gemm_fp8(act_fp8, act_fp8_scales, M, K, W.fp8, W.fp8_scales, N, y, on)) return;
     }
-    gemm(qin(x, M, K, W), M, K, W.w, N, y, s);
+    gemm(qin(x, M, K, W), M, K, W.w, N, y, on);
+  };
+  // Concurrent branches (CudaModelOptions::concurrent_branches): fork() starts the side stream
+  // after everything enqueued on s so far; join() makes s wait for everything on the side stream.
+  // Each branch uses its own buffers. Every fork is joined before the step's last kernel, so a
+  // recorded graph ends on s and a synchronisation of s covers the side stream's work.
+  bool side_open = false;
+  auto fork = [&]() {
+    cudaEventRecord(fork_event, s);
+    cudaStreamWaitEvent(side, fork_event, 0);
+    side_open = true;
+  };
+  auto join = [&]() {
+    if (!side_open) return;
+    cudaEventRecord(join_event, side);
+    cudaStreamWaitEvent(s, join_event, 0);
+    side_open = false;
   };
   embed(d_tokens, T, embed_table, D, hc, X, s);
   rb(X, static_cast<size_t>(T) * hc * D);
@@ -507,12 +533,19 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       }
       gemm_split(normed, T, D, L.attn_in, outs, n, s);
     }
+    // Two chains from here to the attention: the queries (s), and the KV head, the compressors and
+    // the indexer (ss: the side stream when forked). The indexer's queries need qr_bf from the
+    // first chain (handoff_event).
+    const bool fork_attn = branches && split_in;
+    if (fork_attn) fork();
+    const cudaStream_t ss = fork_attn ? side : s;
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
-    if (!split_in) proj(normed, T, D, L.wq_a, c.q_lora_rank, qr);
+    if (!split_in) proj(normed, T, D, L.wq_a, c.q_lora_rank, qr, s);
     rb(qr, static_cast<size_t>(T) * c.q_lora_rank);
     rms_norm(qr, T, c.q_lora_rank, L.q_norm, eps, nullptr, qr_bf, s);
     tap_bf(l, "qr", qr_bf, static_cast<size_t>(T) * c.q_lora_rank);
-    proj(qr_bf, T, c.q_lora_rank, L.wq_b, H * hd, q);
+    if (fork_attn) cudaEventRecord(handoff_event, s);  // qr_bf, the indexer's queries' input
+    proj(qr_bf, T, c.q_lora_rank, L.wq_b, H * hd, q, s);
     if (rel) {
       round_bf16(q, static_cast<size_t>(T) * H * hd, s);
       q_head_norm_release(q, T * H, hd, eps, s);
@@ -523,9 +556,9 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
     tap_bf(l, "q", q_bf, static_cast<size_t>(T) * H * hd);
     // The shared KV head.
-    if (!split_in) proj(normed, T, D, L.wkv, hd, kv);
+    if (!split_in) proj(normed, T, D, L.wkv, hd, kv, ss);
     rb(kv, static_cast<size_t>(T) * hd);
-    norm_rope(kv, T, 1, hd, L.kv_norm, eps, rel, st.pos, rope_t, rd, rope_f, kv, kv_bf, s);
+    norm_rope(kv, T, 1, hd, L.kv_norm, eps, rel, st.pos, rope_t, rd, rope_f, kv, kv_bf, ss);
     tap_bf(l, "kv", kv_bf, static_cast<size_t>(T) * hd);
     // Compressed rows of windows that close in this step (DeepSeekV4::compress).
     auto run_compressor = [&](const DevCompressor& dc, const model::CompressorSlotLayout& sl, const CompressPlan& cp,
@@ -542,31 +575,31 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       cv.buf_gate = sl.buf_gate;
       cv.prev_kv = sl.prev_kv;
       cv.prev_gate = sl.prev_gate;
-      if (!split_in) gemm(normed, T, D, dc.wkv_gate.w, 2 * dc.width, ab, s);
+      if (!split_in) gemm(normed, T, D, dc.wkv_gate.w, 2 * dc.width, ab, ss);
       const int R = static_cast<int>(cp.rows.size());
       const NewRow* d_rows = meta_ptr<NewRow>(cp.off_rows);
-      compress_pool(st, cv, d_rows, R, fresh, s);
+      compress_pool(st, cv, d_rows, R, fresh, ss);
       compress_update(st, cv, meta_ptr<int32_t>(cp.off_closed), static_cast<int>(cp.closed_seqs.size()),
-                      meta_ptr<int32_t>(cp.off_open), static_cast<int>(cp.open_tokens.size()), s);
+                      meta_ptr<int32_t>(cp.off_open), static_cast<int>(cp.open_tokens.size()), ss);
       if (R == 0) return;
       const size_t n = static_cast<size_t>(R) * dims;
       rb(fresh, n);
       // Norm, (release) bf16 rounding and RoPE of the new rows in one pass.
       norm_rope(fresh, R, 1, dims, dc.norm, eps, rel, meta_ptr<int64_t>(cp.off_pos), rope_compress, rd,
-                rope_compress_factor, fresh, nullptr, s);
+                rope_compress_factor, fresh, nullptr, ss);
       if (index_key && rel) {  // indexer keys are Hadamard-rotated under release numerics
-        round_bf16(fresh, n, s);
-        hadamard_rows_bf16(fresh, R, dims, 1.0f / std::sqrt(static_cast<float>(dims)), s);
+        round_bf16(fresh, n, ss);
+        hadamard_rows_bf16(fresh, R, dims, 1.0f / std::sqrt(static_cast<float>(dims)), ss);
       }
       if (fp8_cache) {  // FP8 KV rows / FP4 indexer keys, encoded straight into their pages
         const size_t rb_bytes = index_key ? shape.index_row.bytes() : shape.kv_row.bytes();
-        page_row_pointers(st, d_rows, R, page_offset, CL.rows_per_page, rb_bytes, fresh_ptrs, s);
+        page_row_pointers(st, d_rows, R, page_offset, CL.rows_per_page, rb_bytes, fresh_ptrs, ss);
         if (index_key)
-          encode_index_rows_fp4(fresh, static_cast<size_t>(dims), R, dims, fresh_ptrs, s);
+          encode_index_rows_fp4(fresh, static_cast<size_t>(dims), R, dims, fresh_ptrs, ss);
         else
-          encode_kv_rows_fp8(fresh, static_cast<size_t>(dims), R, dims, rd, fresh_ptrs, s);
+          encode_kv_rows_fp8(fresh, static_cast<size_t>(dims), R, dims, rd, fresh_ptrs, ss);
       } else {
-        store_page_rows(st, d_rows, R, fresh, dims, page_offset, CL.rows_per_page, s);
+        store_page_rows(st, d_rows, R, fresh, dims, page_offset, CL.rows_per_page, ss);
       }
     };
     const int* sel = nullptr;
@@ -577,30 +610,31 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         // Lightning indexer: keys from its own compressor, queries from qr, top-k per query.
         const int nI = c.index_n_heads, ih = c.index_head_dim;
         run_compressor(L.index_compressor, CL.index_compressor, cp, CL.index_keys, ih, true);
-        proj(qr_bf, T, c.q_lora_rank, L.index_wq_b, nI * ih, qi);
+        if (fork_attn) cudaStreamWaitEvent(side, handoff_event, 0);
+        proj(qr_bf, T, c.q_lora_rank, L.index_wq_b, nI * ih, qi, ss);
         const size_t nq = static_cast<size_t>(T) * nI * ih;
         if (rel) {  // rotated like the keys
-          round_bf16(qi, nq, s);
-          rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, s);
-          round_bf16(qi, nq, s);
-          hadamard_rows_bf16(qi, T * nI, ih, 1.0f / std::sqrt(static_cast<float>(ih)), s);
-          to_bf16(qi, nq, qi_bf, s);
+          round_bf16(qi, nq, ss);
+          rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, ss);
+          round_bf16(qi, nq, ss);
+          hadamard_rows_bf16(qi, T * nI, ih, 1.0f / std::sqrt(static_cast<float>(ih)), ss);
+          to_bf16(qi, nq, qi_bf, ss);
         } else {
-          rope_to_bf16(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, qi_bf, s);
+          rope_to_bf16(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, qi_bf, ss);
         }
         tap_bf(l, "iq", qi_bf, nq);
-        if (!split_in) gemm(normed, T, D, L.index_weights_proj.w, nI, wts, s);
+        if (!split_in) gemm(normed, T, D, L.index_weights_proj.w, nI, wts, ss);
         if (rel) {  // both scales folded into the weights, in bf16 (the official code's order)
-          round_bf16(wts, static_cast<size_t>(T) * nI, s);
+          round_bf16(wts, static_cast<size_t>(T) * nI, ss);
           scale_rows(wts, static_cast<size_t>(T) * nI,
-                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(ih)) / std::sqrt(static_cast<double>(nI))), s);
-          round_bf16(wts, static_cast<size_t>(T) * nI, s);
+                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(ih)) / std::sqrt(static_cast<double>(nI))), ss);
+          round_bf16(wts, static_cast<size_t>(T) * nI, ss);
         } else {
-          scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), s);
+          scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), ss);
         }
         tap_f32(l, "iw", wts, static_cast<size_t>(T) * nI);
         fill_key_rows(st, meta_ptr<int>(cp.off_kseq), cp.max_keys_per_seq, ratio, CL.index_keys, CL.rows_per_page,
-                      shape.index_row.bytes(), keys, s);
+                      shape.index_row.bytes(), keys, ss);
         const auto* keys_bf = reinterpret_cast<const bf16* const*>(keys);
         const auto* keys_fp4 = reinterpret_cast<const uint8_t* const*>(keys);
         const int stride = std::max(cp.max_keys, 1);
@@ -608,15 +642,15 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         const int* nk = meta_ptr<int>(cp.off_nkeys);
         const float iscale = 1.0f / std::sqrt(static_cast<float>(ih));
         if (rel && fp8_cache)
-          indexer_scores_release_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, scores, stride, s);
+          indexer_scores_release_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, scores, stride, ss);
         else if (rel)
-          indexer_scores_release(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, scores, stride, s);
+          indexer_scores_release(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, scores, stride, ss);
         else if (fp8_cache)
-          indexer_scores_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, iscale, scores, stride, s);
+          indexer_scores_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, iscale, scores, stride, ss);
         else
-          indexer_scores(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, iscale, scores, stride, s);
+          indexer_scores(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, iscale, scores, stride, ss);
         topk_select(scores, T, stride, meta_ptr<int>(cp.off_nkeys), std::max(cp.max_keys, 1), c.index_topk, selected,
-                    nullptr, topk_ws, s);
+                    nullptr, topk_ws, ss);
         sel = selected;
         tap_ints(l, "isel", selected, static_cast<size_t>(T) * c.index_topk);
       }
@@ -626,10 +660,11 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     const uint8_t* chunk_rows = fp8_cache ? kv8 : reinterpret_cast<const uint8_t*>(kv_bf);
     if (fp8_cache) {  // release: from the bf16 values, as the official code (and the CPU) encode them
       rb(kv, static_cast<size_t>(T) * hd);
-      encode_kv_rows_fp8(kv, static_cast<size_t>(hd), T, hd, rd, kv8, shape.kv_row.bytes(), s);
+      encode_kv_rows_fp8(kv, static_cast<size_t>(hd), T, hd, rd, kv8, shape.kv_row.bytes(), ss);
     }
     fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, chunk_rows, shape.kv_row.bytes(), sel, c.index_topk,
-                        CL.rows, CL.rows_per_page, rows, s);
+                        CL.rows, CL.rows_per_page, rows, ss);
+    join();  // the attention reads both chains' outputs
     const float ascale = 1.0f / std::sqrt(static_cast<float>(hd));
     // Release numerics: the official softmax is fp32; bf16 probabilities alone move a block by ~1%.
     const AttnProbabilities probs = rel ? AttnProbabilities::kBf16HiLo : AttnProbabilities::kBf16;
@@ -639,9 +674,11 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     else
       sink_attention(q_bf, T, H, hd, reinterpret_cast<const bf16* const*>(rows), meta_ptr<int>(rp.off),
                      std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s, probs);
-    // Every query has read the ring: store each sequence's newest rows in it.
+    // Every query has read the ring: store each sequence's newest rows in it (beside the output
+    // projection when forked; nothing writes chunk_rows before the MoE block's join).
+    if (branches) fork();
     store_ring(st, meta_ptr<int32_t>(off_ring), static_cast<int>(ring_tokens.size()), chunk_rows, shape.kv_row.bytes(),
-               CL.window, s);
+               CL.window, branches ? side : s);
     // V carried RoPE: rotate the output back by the query position.
     rb(o, static_cast<size_t>(T) * H * hd);
     tap_f32(l, "o", o, static_cast<size_t>(T) * H * hd);
@@ -654,7 +691,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // The groups' bf16 outputs side by side: [T, G OR], wo_b's input.
     grouped_gemm_stacked_side_by_side(og, meta_ptr<int>(off_groups), G, G * T, gw, L.wo_a[0].w, OR, zo_bf, s);
     tap_bf(l, "zo", zo_bf, static_cast<size_t>(T) * G * OR);
-    proj(zo_bf, T, G * OR, L.wo_b, D, sub_out);
+    proj(zo_bf, T, G * OR, L.wo_b, D, sub_out, s);
     rb(sub_out, static_cast<size_t>(T) * D);
     tap_f32(l, "attn_out", sub_out, static_cast<size_t>(T) * D);
     hc_post(X, sub_out, T, hc, D, post, comb, s);
@@ -677,26 +714,32 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     } else {
       gemm(normed, T, D, L.gate.w, E, gate_logits, s);
     }
+    // Two chains to the combine: the shared expert (shared_s: the side stream when forked) and the
+    // routed experts (s).
+    const bool fork_ffn = branches && split_ffn;
+    if (fork_ffn) fork();
+    const cudaStream_t shared_s = fork_ffn ? side : s;
     const Scoring scoring = c.scoring_func == model::ScoringFunc::kSqrtSoftplus ? Scoring::kSqrtSoftplus
                             : c.scoring_func == model::ScoringFunc::kSigmoid   ? Scoring::kSigmoid
                                                                                 : Scoring::kSoftmax;
-    moe_route(gate_logits, T, E, K, scoring, L.gate_bias, L.tid2eid, d_tokens,
-              static_cast<float>(c.routed_scaling_factor), route_sel, route_w, s);
+    const MoePermutation permutation{offsets, perm_token, perm_w, row_of};
+    const bool permuted = moe_route(gate_logits, T, E, K, scoring, L.gate_bias, L.tid2eid, d_tokens,
+                                    static_cast<float>(c.routed_scaling_factor), route_sel, route_w, s, &permutation);
     tap_f32(l, "moe_w", route_w, static_cast<size_t>(T) * K);
     tap_ints(l, "moe_i", route_sel, static_cast<size_t>(T) * K);
     if (!rel) {
-      // The shared expert before the routed ones (the order the L2 prefetch experiment needed,
-      // docs/perf/cuda.md, and the order the 2026-12-06 H200 figures ran; the same bits either way).
-      if (!split_ffn) gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, s);
-      swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
-      gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
-      moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
+      // The shared expert on the side stream when forked, else before the routed ones (the same
+      // bits either way).
+      if (!split_ffn) gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, shared_s);
+      swiglu(gu_s, T, inter_s, limit, nullptr, h_s, shared_s);
+      gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, shared_s);
+      if (!permuted) moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
       gather_rows(normed, perm_token, T * K, D, xin, s);
       grouped_gemm_stacked(xin, offsets, E, T * K, D, L.w13[0].w, 2 * inter, gu, s);
       swiglu(gu, T * K, inter, limit, nullptr, h, s);
       grouped_gemm_stacked(h, offsets, E, T * K, inter, L.w2[0].w, D, y, s);
     } else {
-      moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
+      if (!permuted) moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
       // The official expert: FP8 inputs, bf16 w1/w3 outputs, the routing weight applied before w2
       // (fp32, then bf16), bf16 w2 output; routed outputs summed in fp32 with the shared expert's,
       // rounded once.
@@ -708,11 +751,11 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       if (L.w2[0].quantized) fp8_round_trip_rows(h, T * K, inter, h, s);
       grouped_gemm_stacked(h, offsets, E, T * K, inter, L.w2[0].w, D, y, s);
       round_bf16(y, static_cast<size_t>(T) * K * D, s);
-      proj(normed, T, D, L.shared_w13, 2 * inter_s, gu_s);
+      proj(normed, T, D, L.shared_w13, 2 * inter_s, gu_s, s);
       round_bf16(gu_s, static_cast<size_t>(T) * 2 * inter_s, s);
       swiglu(gu_s, T, inter_s, limit, nullptr, h_s, s);
       if (L.shared_w2.fp8 != nullptr) {
-        proj(h_s, T, inter_s, L.shared_w2, D, ys);
+        proj(h_s, T, inter_s, L.shared_w2, D, ys, s);
       } else {
         if (L.shared_w2.quantized) fp8_round_trip_rows(h_s, T, inter_s, h_s, s);
         gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, s);
@@ -723,6 +766,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // weight before w2) + the shared expert (release: rounded to bf16 once), then mHC post. One kernel
     // unless a tap must see the block's output.
     const float* combine_w = rel ? nullptr : route_w;
+    join();  // the shared expert's rows, and the ring store of the attention block
     if (tap) {
       moe_combine(y, row_of, route_sel, combine_w, ys, T, K, D, sub_out, s);
       rb(sub_out, static_cast<size_t>(T) * D);
@@ -768,7 +812,11 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
           ok = cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr;
         }
         ok = ok && make_kernel_edges_programmatic(graph);
-        ok = ok && cudaGraphInstantiate(&g.exec, graph, 0) == cudaSuccess;
+        // Node priorities: the side stream's kernels keep its priority in the replays.
+        if (ok && cudaGraphInstantiate(&g.exec, graph, cudaGraphInstantiateFlagUseNodePriority) != cudaSuccess) {
+          cudaGetLastError();
+          ok = cudaGraphInstantiate(&g.exec, graph, 0) == cudaSuccess;
+        }
         if (graph) cudaGraphDestroy(graph);
         if (!ok) {  // run eagerly from now on; clear the capture's error state
           graphs_broken = true;
@@ -786,6 +834,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
   }
   if (!ran) enqueue();
+  if (branches) ++branched;
   DI_RETURN_IF_ERROR(tap_status);
   // Outputs out. Logits have one host buffer: only synchronous steps (forward) ask for them.
   if (want_logits && NR > 0)
@@ -950,6 +999,7 @@ const ModelConfig& CudaModel::config() const { return impl_->config; }
 const model::StateCacheShape& CudaModel::cache_shape() const { return impl_->shape; }
 size_t CudaModel::weight_bytes() const { return impl_->weights_arena.bytes(); }
 uint64_t CudaModel::graph_replays() const { return impl_->replays; }
+uint64_t CudaModel::branched_steps() const { return impl_->branched; }
 void CudaModel::set_tap(Tap tap) { impl_->tap = std::move(tap); }
 
 }  // namespace deepinfer::backend::cuda

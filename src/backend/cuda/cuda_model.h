@@ -53,6 +53,13 @@ struct CudaModelOptions {
   // quantized per 128 values) instead of bf16 GEMMs on FP8-rounded inputs. Same products, another
   // summation (the tensor core's within each block); half the weight bytes. Off: the bf16 path.
   bool fp8_gemm = false;
+  // Exact-numerics steps of at most kBranchMaxRows tokens (cuda_model_impl.h) run the chains of a
+  // layer that do not feed each other at once, on a second stream (a forked CUDA graph when
+  // recorded): the KV head, compressors and indexer beside the query path, the shared expert
+  // beside the routed ones, the ring store beside the output projection. The same kernels on the
+  // same data: bitwise the results of one stream. At one token most of those kernels are a few
+  // microseconds of latency each, so the shorter chain hides behind the longer. Off: one stream.
+  bool concurrent_branches = true;
 };
 
 // A logits row's greedy token, computed on the GPU (ops.h greedy_rows): argmax (lowest id on ties)
@@ -110,6 +117,9 @@ class CudaModel {
   size_t weight_bytes() const;  // device bytes of the weights
   // Decode steps that ran as a CUDA graph replay so far (observability, tests).
   uint64_t graph_replays() const;
+  // Steps that forked their layers' independent chains (CudaModelOptions::concurrent_branches) so
+  // far, graph replays included (observability, tests).
+  uint64_t branched_steps() const;
 
   // Diagnostics, model::DeepSeekV4::set_tap's contract on the GPU: when set, forward() runs eagerly
   // (no graphs) and hands the tap, on the host and as fp32, the step's "L{l}.attn_in" [T, D],

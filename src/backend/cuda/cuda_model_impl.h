@@ -87,6 +87,10 @@ struct DevHyperConn {
 // the indexer's wq_b) gained nothing at any batch and cost 2.4% at batch 256, so they stay apart;
 // at a 4k prefill every set cost 0.3-1.2% (separate calls already fill the GPU there).
 constexpr int kSplitMaxRows = 256;
+// Steps of at most this many tokens fork the layer's independent chains onto the side stream
+// (CudaModelOptions::concurrent_branches); only with the gemm_split forms (whose one launch makes
+// every input of both chains). Larger steps fill the GPU with each kernel already.
+constexpr int kBranchMaxRows = 64;
 
 struct DevLayer {
   DevHyperConn hc_attn, hc_ffn;
@@ -151,6 +155,11 @@ struct CudaModel::Impl {
   bool release = false;  // release numerics (model/numerics.h), else exact
   int max_model_len = 0;
   cudaStream_t stream = nullptr;
+  // The side stream of concurrent_branches (highest priority: its chains are the longer ones, and
+  // their small kernels should take SMs as soon as the main chain's GEMM frees any), and the
+  // events that fork it from `stream`, join it back, and pass one mid-chain input across.
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr, handoff_event = nullptr;
   DeviceArena weights_arena, cache_arena, work_arena;
 
   // Weights.
@@ -229,6 +238,7 @@ struct CudaModel::Impl {
   uint64_t epoch = 1;
   bool graphs_broken = false;  // a capture failed once: run eagerly from then on
   uint64_t replays = 0;
+  uint64_t branched = 0;  // steps that forked (branched_steps)
   CudaModel::Tap tap;  // diagnostics (CudaModel::set_tap)
 
   ~Impl() {
@@ -242,6 +252,9 @@ struct CudaModel::Impl {
     if (logits_host) cudaFreeHost(logits_host);
     if (greedy_host) cudaFreeHost(greedy_host);
     if (stream) cudaStreamDestroy(stream);
+    if (side) cudaStreamDestroy(side);
+    for (cudaEvent_t e : {fork_event, join_event, handoff_event})
+      if (e) cudaEventDestroy(e);
   }
 
   Status allocate();

@@ -608,7 +608,32 @@ constexpr int hc_finish_threads() {
   return kHead ? kHcThreads : kHcThreads + 32;
 }
 
-template <int HC, int kMix, bool kHead>
+// hc_finish's register form (kRegs): a collapse thread's kFinishChunks chunks of every stream are
+// loaded into registers at the start, before the partials are summed, and
+// the collapsed chunks stay there for the norm, so the token waits out memory latency about once
+// instead of once per chunk and pass (a decode step's nine hc_finish calls are links of its
+// critical chain). The partials are likewise loaded all at once (sum_partials). Same expressions in
+// the same order as the loop form, so the same bits. Where hc <= 4 and D <= 4 kFinishChunks
+// kHcThreads (V4: hc 4, D 4096), for calls of up to kFinishRegisterRows tokens: its 112 registers a
+// thread leave two CTAs an SM, and a 4k prefill's hc_finish took 20% longer so (H100, 1055 -> 1259
+// us; batch 1 73 -> 60 us, batches 8 and 64 gained too).
+constexpr int kFinishChunks = 4;
+constexpr int kFinishRegisterRows = 256;
+
+// sum_i p[i * stride] for i < splits (<= kHcMaxSplits), added in increasing i from 0.0f, with every
+// load issued before the first add.
+__device__ __forceinline__ float sum_partials(const float* p, int splits, int stride) {
+  float v[kHcMaxSplits];
+#pragma unroll
+  for (int i = 0; i < kHcMaxSplits; ++i) v[i] = i < splits ? p[static_cast<size_t>(i) * stride] : 0.0f;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kHcMaxSplits; ++i)
+    if (i < splits) sum += v[i];
+  return sum;
+}
+
+template <int HC, int kMix, bool kHead, bool kRegs>
 __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(HcArgs a) {
   pdl_prologue();
   constexpr int kVals = kMix + 1;
@@ -618,12 +643,26 @@ __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(H
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32;
   const int m = static_cast<int>(blockIdx.x);
   const int W = HC * a.D;
-  if (tid < kVals) {
-    const float* p = a.part + static_cast<size_t>(m) * a.splits * kVals + tid;
-    float sum = 0.0f;
-    for (int i = 0; i < a.splits; ++i) sum += p[static_cast<size_t>(i) * kVals];
-    total[tid] = sum;
+  const float* x = a.X + static_cast<size_t>(kHead ? a.rows[m] : m) * W;
+  const int d_chunks = ceil_div(a.D, 4);
+  // Register form: this thread's chunks tid + kHcThreads k of every stream.
+  [[maybe_unused]] float4 xs[kRegs ? kFinishChunks : 1][kRegs ? HC : 1];
+  if constexpr (kRegs) {
+    if (tid < kHcThreads) {
+#pragma unroll
+      for (int k = 0; k < kFinishChunks; ++k) {
+        const int c = tid + kHcThreads * k;
+        if (c >= d_chunks) continue;
+#pragma unroll
+        for (int i = 0; i < HC; ++i) xs[k][i] = load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec);
+      }
+    }
   }
+  // The partial sums: hc_pre's extra warp in the register form (the collapse threads hold their
+  // chunks), else the first kVals threads.
+  const int sum_tid = kRegs && !kHead ? tid - kHcThreads : tid;
+  if (sum_tid >= 0 && sum_tid < kVals)
+    total[sum_tid] = sum_partials(a.part + static_cast<size_t>(m) * a.splits * kVals + sum_tid, a.splits, kVals);
   __syncthreads();
   // mixes = (fn . x) * rsqrt(mean(x^2) + eps), i.e. fn . rmsnorm(x).
   if (tid < kMix) {
@@ -643,27 +682,59 @@ __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(H
     }
   }
   // collapsed[m, d] = sum_i pre_i X[m, i, d].
-  const float* x = a.X + static_cast<size_t>(kHead ? a.rows[m] : m) * W;
-  const int d_chunks = ceil_div(a.D, 4);
   float* out = a.out + static_cast<size_t>(m) * a.D;
-  for (int c = tid; c < d_chunks; c += kHcThreads) {
-    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int i = 0; i < HC; ++i) o = fma4(pre[i], load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec), o);
-    if (a.round_collapsed) o = round_bf16x4(o);
-    store4(out, c, a.D, a.vec, o);
-  }
-  if (a.normed == nullptr) return;
   // The norm after the collapse, as rms_norm_kernel computes it (same threads, chunks and reduction,
-  // hence the same bits): every thread reads back only the chunks it has just written.
+  // hence the same bits): every thread reads back only the chunks it has just written (the loop
+  // form) or keeps them in registers (the register form).
   // (The reduction's barrier is a named one over these kRmsThreads threads: the Sinkhorn warp may
   // still be running, or have left.)
   static_assert(kHcThreads == kRmsThreads, "the fused norm reproduces rms_norm_kernel's reduction");
   __shared__ float scratch[kRmsThreads / 32];
-  const float ss =
-      block_sum<kRmsThreads, kCollapseBarrier>(rms_partial_sum(out, a.D, a.norm_vec, tid, kRmsThreads), scratch);
-  rms_scale_store(out, static_cast<size_t>(m) * a.D, a.D, rms_scale(ss, a.D, a.out_norm_eps), a.norm_weight, nullptr,
-                  a.normed, a.norm_vec, tid, kRmsThreads);
+  if constexpr (kRegs) {
+    float4 os[kFinishChunks];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kFinishChunks; ++k) {
+      const int c = tid + kHcThreads * k;
+      if (c >= d_chunks) continue;
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < HC; ++i) o = fma4(pre[i], xs[k][i], o);
+      if (a.round_collapsed) o = round_bf16x4(o);
+      store4(out, c, a.D, a.vec, o);
+      os[k] = o;
+      ss = dot4(o, o, ss);
+    }
+    if (a.normed == nullptr) return;
+    // The weight's chunks, loaded while the block reduces (fewer registers than from the start: two
+    // CTAs an SM at prefill).
+    float4 ws[kFinishChunks];
+#pragma unroll
+    for (int k = 0; k < kFinishChunks; ++k) {
+      const int c = tid + kHcThreads * k;
+      ws[k] = c < d_chunks && a.norm_weight != nullptr ? load4(a.norm_weight, c, a.D, a.norm_vec) : float4{};
+    }
+    const float r = rms_scale(block_sum<kRmsThreads, kCollapseBarrier>(ss, scratch), a.D, a.out_norm_eps);
+    bf16* const normed = a.normed + static_cast<size_t>(m) * a.D;
+#pragma unroll
+    for (int k = 0; k < kFinishChunks; ++k) {
+      const int c = tid + kHcThreads * k;
+      if (c < d_chunks) store4_bf16(normed, c, a.D, a.norm_vec, rms_scaled_values(os[k], r, a.norm_weight != nullptr, ws[k]));
+    }
+  } else {
+    for (int c = tid; c < d_chunks; c += kHcThreads) {
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < HC; ++i) o = fma4(pre[i], load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec), o);
+      if (a.round_collapsed) o = round_bf16x4(o);
+      store4(out, c, a.D, a.vec, o);
+    }
+    if (a.normed == nullptr) return;
+    const float ss =
+        block_sum<kRmsThreads, kCollapseBarrier>(rms_partial_sum(out, a.D, a.norm_vec, tid, kRmsThreads), scratch);
+    rms_scale_store(out, static_cast<size_t>(m) * a.D, a.D, rms_scale(ss, a.D, a.out_norm_eps), a.norm_weight, nullptr,
+                    a.normed, a.norm_vec, tid, kRmsThreads);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -747,22 +818,14 @@ constexpr int kRouteWarps = 4;
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxTopK = 16;
 
-__global__ void __launch_bounds__(kRouteWarps * 32)
-    moe_route_kernel(const float* __restrict__ logits, int T, int E, int K, Scoring scoring,
-                     const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
-                     const int32_t* __restrict__ tokens, float routed_scale, int* __restrict__ sel,
-                     float* __restrict__ w) {
-  pdl_prologue();
-  __shared__ float score_s[kRouteWarps][kMaxExperts];
-  __shared__ float biased_s[kRouteWarps][kMaxExperts];
-  __shared__ int pick_s[kRouteWarps][kMaxTopK];
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
-  if (t >= T) return;  // whole warps only; no block barriers below
+// Token t's routing by one warp into sel and w row t; score, biased and pick are the warp's own
+// shared rows ([E], [E], [K]).
+__device__ __forceinline__ void route_token(const float* __restrict__ logits, int t, int E, int K, Scoring scoring,
+                                            const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
+                                            const int32_t* __restrict__ tokens, float routed_scale, int* sel, float* w,
+                                            float* score, float* biased, int* pick) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
   const float* lg = logits + static_cast<size_t>(t) * E;
-  float* score = score_s[warp];
-  float* biased = biased_s[warp];
-  int* pick = pick_s[warp];
 
   // Element e lives in lane e % 32 (slot e / 32) throughout.
   if (scoring == Scoring::kSoftmax) {
@@ -821,6 +884,59 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
     const int id = pick[lane];
     sel[static_cast<size_t>(t) * K + lane] = id;
     w[static_cast<size_t>(t) * K + lane] = score[id] / (sum + 1e-20f) * routed_scale;
+  }
+}
+
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_kernel(const float* __restrict__ logits, int T, int E, int K, Scoring scoring,
+                     const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
+                     const int32_t* __restrict__ tokens, float routed_scale, int* __restrict__ sel,
+                     float* __restrict__ w) {
+  pdl_prologue();
+  __shared__ float score_s[kRouteWarps][kMaxExperts];
+  __shared__ float biased_s[kRouteWarps][kMaxExperts];
+  __shared__ int pick_s[kRouteWarps][kMaxTopK];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= T) return;  // whole warps only; no block barriers below
+  route_token(logits, t, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w, score_s[warp], biased_s[warp],
+              pick_s[warp]);
+}
+
+// T <= kRouteWarps: one CTA routes every token (a warp each, route_token), then writes
+// moe_permute's outputs for the N = T K choices, so no permutation launch follows. The rows are
+// those of moe_permute's stable counting sort (integer counts): row_offsets[e] = choices of
+// experts below e; choice i goes to row_offsets[sel[i]] + earlier choices of the same expert.
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_permute_kernel(const float* __restrict__ logits, int T, int E, int K, Scoring scoring,
+                             const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
+                             const int32_t* __restrict__ tokens, float routed_scale, int* sel, float* w,
+                             MoePermutation out) {
+  pdl_prologue();
+  __shared__ float score_s[kRouteWarps][kMaxExperts];
+  __shared__ float biased_s[kRouteWarps][kMaxExperts];
+  __shared__ int pick_s[kRouteWarps][kMaxTopK];
+  __shared__ int sel_s[kRouteWarps * kMaxTopK];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32;
+  if (warp < T)
+    route_token(logits, warp, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w, score_s[warp],
+                biased_s[warp], pick_s[warp]);
+  __syncthreads();  // every token's sel and w written (global writes of this CTA, visible to it now)
+  const int N = T * K;
+  for (int i = tid; i < N; i += kRouteWarps * 32) sel_s[i] = sel[i];
+  __syncthreads();
+  for (int e = tid; e <= E; e += kRouteWarps * 32) {
+    int below = 0;
+    for (int j = 0; j < N; ++j) below += sel_s[j] < e;
+    out.row_offsets[e] = below;
+  }
+  for (int i = tid; i < N; i += kRouteWarps * 32) {
+    const int e = sel_s[i];
+    int row = 0;
+    for (int j = 0; j < N; ++j) row += sel_s[j] < e || (j < i && sel_s[j] == e);
+    out.perm_token[row] = i / K;
+    if (out.perm_weight != nullptr) out.perm_weight[row] = w[i];
+    out.row_of[i] = row;
   }
 }
 
@@ -1079,7 +1195,14 @@ void launch_hc(HcArgs a, cudaStream_t stream) {
     else
       launch_hc_dots<HC, kMix, 2, kHead, 2>(a, stream);
   }
-  hc_finish_kernel<HC, kMix, kHead><<<static_cast<unsigned>(a.M), hc_finish_threads<kHead>(), 0, stream>>>(a);
+  const unsigned grid = static_cast<unsigned>(a.M);
+  if constexpr (HC <= 4) {
+    if (a.M <= kFinishRegisterRows && ceil_div(a.D, 4) <= kFinishChunks * kHcThreads) {
+      hc_finish_kernel<HC, kMix, kHead, true><<<grid, hc_finish_threads<kHead>(), 0, stream>>>(a);
+      return;
+    }
+  }
+  hc_finish_kernel<HC, kMix, kHead, false><<<grid, hc_finish_threads<kHead>(), 0, stream>>>(a);
 }
 
 }  // namespace
@@ -1267,13 +1390,20 @@ void swiglu(const float* gu, int M, int inter, float limit, const float* row_wei
                                                                                           out, vec);
 }
 
-void moe_route(const float* logits, int T, int E, int K, Scoring scoring, const float* bias, const int32_t* tid2eid,
-               const int32_t* tokens, float routed_scale, int* sel, float* w, cudaStream_t stream) {
-  if (T <= 0) return;
+bool moe_route(const float* logits, int T, int E, int K, Scoring scoring, const float* bias, const int32_t* tid2eid,
+               const int32_t* tokens, float routed_scale, int* sel, float* w, cudaStream_t stream,
+               const MoePermutation* permutation) {
+  if (T <= 0) return false;
   DI_CHECK(E > 0 && E <= kMaxExperts && K > 0 && K <= kMaxTopK && K <= E, "E = %d, K = %d", E, K);
   DI_CHECK(tid2eid == nullptr || tokens != nullptr, "hash routing needs the token ids");
+  if (permutation != nullptr && T <= kRouteWarps) {
+    moe_route_permute_kernel<<<1, kRouteWarps * 32, 0, stream>>>(logits, T, E, K, scoring, bias, tid2eid, tokens,
+                                                                 routed_scale, sel, w, *permutation);
+    return true;
+  }
   moe_route_kernel<<<static_cast<unsigned>(ceil_div(T, kRouteWarps)), kRouteWarps * 32, 0, stream>>>(
       logits, T, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w);
+  return false;
 }
 
 void moe_permute(const int* sel, const float* w, int T, int K, int E, int* row_offsets, int* perm_token,

@@ -78,8 +78,18 @@ enum class Scoring { kSqrtSoftplus, kSigmoid, kSoftmax };
 //   learned routing: sel = top-K of s + bias (ties to the lower expert id), in descending order
 //   w_k = s[sel_k] / (sum_k s[sel_k] + 1e-20) * routed_scale
 // sel, w: [T, K]. E <= 1024, K <= 16.
-void moe_route(const float* logits, int T, int E, int K, Scoring scoring, const float* bias, const int32_t* tid2eid,
-               const int32_t* tokens, float routed_scale, int* sel, float* w, cudaStream_t stream);
+// `permutation` (optional): moe_permute's outputs for sel and w (its perm_weight may be null), which
+// moe_route writes as well where one CTA routes every token (T <= 4: decode at batch <= 4, one
+// launch less). Returns whether it did; if not, moe_permute must still run.
+struct MoePermutation {
+  int* row_offsets;    // [E + 1]
+  int* perm_token;     // [T * K]
+  float* perm_weight;  // [T * K] or null
+  int* row_of;         // [T * K]
+};
+bool moe_route(const float* logits, int T, int E, int K, Scoring scoring, const float* bias, const int32_t* tid2eid,
+               const int32_t* tokens, float routed_scale, int* sel, float* w, cudaStream_t stream,
+               const MoePermutation* permutation = nullptr);
 
 // Buckets the T * K choices by expert, keeping token order inside a bucket (a stable counting
 // sort): row_offsets [E + 1], perm_token[i] = token of permuted row i, perm_weight[i] its routing
