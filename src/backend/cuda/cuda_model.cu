@@ -722,9 +722,12 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     const Scoring scoring = c.scoring_func == model::ScoringFunc::kSqrtSoftplus ? Scoring::kSqrtSoftplus
                             : c.scoring_func == model::ScoringFunc::kSigmoid   ? Scoring::kSigmoid
                                                                                 : Scoring::kSoftmax;
+    // At a few tokens the routing kernel also writes the permutation, unless a tap may change the
+    // routing weights after it (the "moe_w" tap below): then moe_permute reads them as tapped.
     const MoePermutation permutation{offsets, perm_token, perm_w, row_of};
     const bool permuted = moe_route(gate_logits, T, E, K, scoring, L.gate_bias, L.tid2eid, d_tokens,
-                                    static_cast<float>(c.routed_scaling_factor), route_sel, route_w, s, &permutation);
+                                    static_cast<float>(c.routed_scaling_factor), route_sel, route_w, s,
+                                    tap ? nullptr : &permutation);
     tap_f32(l, "moe_w", route_w, static_cast<size_t>(T) * K);
     tap_ints(l, "moe_i", route_sel, static_cast<size_t>(T) * K);
     if (!rel) {
@@ -834,7 +837,10 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
   }
   if (!ran) enqueue();
-  if (branches) ++branched;
+  // (The same condition as the forward's forks of the projection chains: gemm_split sets.)
+  if (branches && std::any_of(layers.begin(), layers.end(),
+                              [](const DevLayer& L) { return L.attn_in_split || L.ffn_in_split; }))
+    ++branched;
   DI_RETURN_IF_ERROR(tap_status);
   // Outputs out. Logits have one host buffer: only synchronous steps (forward) ask for them.
   if (want_logits && NR > 0)

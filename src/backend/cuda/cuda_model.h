@@ -117,8 +117,9 @@ class CudaModel {
   size_t weight_bytes() const;  // device bytes of the weights
   // Decode steps that ran as a CUDA graph replay so far (observability, tests).
   uint64_t graph_replays() const;
-  // Steps that forked their layers' independent chains (CudaModelOptions::concurrent_branches) so
-  // far, graph replays included (observability, tests).
+  // Steps that forked their layers' projection chains (CudaModelOptions::concurrent_branches; only
+  // where a layer's projections form gemm_split sets) so far, graph replays included
+  // (observability, tests).
   uint64_t branched_steps() const;
 
   // Diagnostics, model::DeepSeekV4::set_tap's contract on the GPU: when set, forward() runs eagerly

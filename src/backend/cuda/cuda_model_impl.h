@@ -250,6 +250,11 @@ struct CudaModel::Impl {
       if (step_done[p]) cudaEventDestroy(step_done[p]);
     }
     if (logits_host) cudaFreeHost(logits_host);
+    // The step-sized work buffers (ensure_capacity; the arenas free the rest).
+    for (void* p : {static_cast<void*>(meta_dev), static_cast<void*>(rows), static_cast<void*>(keys),
+                    static_cast<void*>(fresh_ptrs), static_cast<void*>(scores), static_cast<void*>(fresh), attn_ws,
+                    topk_ws})
+      if (p) cudaFree(p);
     if (greedy_host) cudaFreeHost(greedy_host);
     if (stream) cudaStreamDestroy(stream);
     if (side) cudaStreamDestroy(side);
