@@ -730,19 +730,18 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
                                     tap ? nullptr : &permutation);
     tap_f32(l, "moe_w", route_w, static_cast<size_t>(T) * K);
     tap_ints(l, "moe_i", route_sel, static_cast<size_t>(T) * K);
+    if (!permuted) moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
     if (!rel) {
       // The shared expert on the side stream when forked, else before the routed ones (the same
       // bits either way).
       if (!split_ffn) gemm(normed, T, D, L.shared_w13.w, 2 * inter_s, gu_s, shared_s);
       swiglu(gu_s, T, inter_s, limit, nullptr, h_s, shared_s);
       gemm(h_s, T, inter_s, L.shared_w2.w, D, ys, shared_s);
-      if (!permuted) moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
       gather_rows(normed, perm_token, T * K, D, xin, s);
       grouped_gemm_stacked(xin, offsets, E, T * K, D, L.w13[0].w, 2 * inter, gu, s);
       swiglu(gu, T * K, inter, limit, nullptr, h, s);
       grouped_gemm_stacked(h, offsets, E, T * K, inter, L.w2[0].w, D, y, s);
     } else {
-      if (!permuted) moe_permute(route_sel, route_w, T, K, E, offsets, perm_token, perm_w, row_of, s);
       // The official expert: FP8 inputs, bf16 w1/w3 outputs, the routing weight applied before w2
       // (fp32, then bf16), bf16 w2 output; routed outputs summed in fp32 with the shared expert's,
       // rounded once.

@@ -633,6 +633,15 @@ __device__ __forceinline__ float sum_partials(const float* p, int splits, int st
   return sum;
 }
 
+// One chunk of the collapse, sum_i pre_i x_i (in increasing i), rounded to bf16 when `round`.
+template <int HC>
+__device__ __forceinline__ float4 collapse_chunk(const float* pre, const float4 (&x)[HC], bool round) {
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int i = 0; i < HC; ++i) o = fma4(pre[i], x[i], o);
+  return round ? round_bf16x4(o) : o;
+}
+
 template <int HC, int kMix, bool kHead, bool kRegs>
 __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(HcArgs a) {
   pdl_prologue();
@@ -697,10 +706,7 @@ __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(H
     for (int k = 0; k < kFinishChunks; ++k) {
       const int c = tid + kHcThreads * k;
       if (c >= d_chunks) continue;
-      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int i = 0; i < HC; ++i) o = fma4(pre[i], xs[k][i], o);
-      if (a.round_collapsed) o = round_bf16x4(o);
+      const float4 o = collapse_chunk<HC>(pre, xs[k], a.round_collapsed);
       store4(out, c, a.D, a.vec, o);
       os[k] = o;
       ss = dot4(o, o, ss);
@@ -723,11 +729,10 @@ __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(H
     }
   } else {
     for (int c = tid; c < d_chunks; c += kHcThreads) {
-      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float4 xc[HC];
 #pragma unroll
-      for (int i = 0; i < HC; ++i) o = fma4(pre[i], load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec), o);
-      if (a.round_collapsed) o = round_bf16x4(o);
-      store4(out, c, a.D, a.vec, o);
+      for (int i = 0; i < HC; ++i) xc[i] = load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec);
+      store4(out, c, a.D, a.vec, collapse_chunk<HC>(pre, xc, a.round_collapsed));
     }
     if (a.normed == nullptr) return;
     const float ss =
