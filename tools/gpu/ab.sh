@@ -49,7 +49,7 @@ for spec in "$@"; do
   fi
   dir=/tmp/ab-$name
   rm -rf "$dir" && mkdir -p "$dir"
-  tar c --exclude=./build-gpu --exclude=./.gpux . | tar x -C "$dir"
+  tar c --exclude=./build-gpu --exclude='./.gpux*' . | tar x -C "$dir"  # not the carried packs and scratch
   apply_patches "$dir" "$root" "$patches" >"$raw/${name}_patch.log" 2>&1 ||
     { echo "variant $name:"; cat "$raw/${name}_patch.log"; exit 1; }
   names+=("$name"); dirs+=("$dir"); envs+=("")
