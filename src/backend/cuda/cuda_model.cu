@@ -136,8 +136,11 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   DI_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int least = 0, greatest = 0;
   DI_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  DI_CUDA_RETURN(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatest));
-  for (cudaEvent_t* e : {&fork_event, &join_event, &handoff_event})
+  for (int k = 0; k < kSideStreams; ++k) {
+    DI_CUDA_RETURN(cudaStreamCreateWithPriority(&side[k], cudaStreamNonBlocking, greatest));
+    DI_CUDA_RETURN(cudaEventCreateWithFlags(&side_done[k], cudaEventDisableTiming));
+  }
+  for (cudaEvent_t* e : {&fork_event, &handoff_event})
     DI_CUDA_RETURN(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   return Status::ok();
 }
@@ -383,12 +386,18 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   }
   DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&rows), &rows_capacity, max_rows_total * sizeof(void*)));
   DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&keys), &keys_capacity, max_keys_total * sizeof(void*)));
-  if (fp8_cache)
+  if (fp8_cache) {
     DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&fresh_ptrs), &fresh_ptrs_capacity,
                                        std::max<size_t>(max_fresh, 1) * sizeof(uint8_t*)));
+    DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&fresh_ptrs_index), &fresh_ptrs_index_capacity,
+                                       std::max<size_t>(max_fresh, 1) * sizeof(uint8_t*)));
+  }
   DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&scores), &scores_capacity, max_scores * sizeof(float)));
   DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&fresh), &fresh_rows_capacity,
                                      std::max<size_t>(max_fresh, 1) * c.head_dim * sizeof(float)));
+  if (c.index_topk > 0)
+    DI_RETURN_IF_ERROR(ensure_capacity(reinterpret_cast<void**>(&fresh_index), &fresh_index_capacity,
+                                       std::max<size_t>(max_fresh, 1) * std::max(c.index_head_dim, 1) * sizeof(float)));
   DI_RETURN_IF_ERROR(ensure_capacity(&attn_ws, &attn_ws_bytes,
                                      sink_attention_workspace_bytes(T, c.num_heads, c.head_dim, std::max(max_rows, 1))));
   if (c.index_topk > 0)
@@ -486,21 +495,27 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
     gemm(qin(x, M, K, W), M, K, W.w, N, y, on);
   };
-  // Concurrent branches (CudaModelOptions::concurrent_branches): fork() starts the side stream
-  // after everything enqueued on s so far; join() makes s wait for everything on the side stream.
-  // Each branch uses its own buffers. Every fork is joined before the step's last kernel, so a
-  // recorded graph ends on s and a synchronisation of s covers the side stream's work.
-  bool side_open = false;
-  auto fork = [&]() {
+  // Concurrent branches (CudaModelOptions::concurrent_branches): fork(k) starts side stream k after
+  // everything enqueued on s so far; wait_side(on, k) makes stream `on` wait for side stream k's
+  // work so far; join_all() makes s wait for every side stream. Each branch uses its own buffers.
+  // Every fork is joined before the step's last kernel, so a recorded graph ends on s and a
+  // synchronisation of s covers the side streams' work.
+  bool side_open[kSideStreams] = {};
+  auto fork = [&](int k) {
     cudaEventRecord(fork_event, s);
-    cudaStreamWaitEvent(side, fork_event, 0);
-    side_open = true;
+    cudaStreamWaitEvent(side[k], fork_event, 0);
+    side_open[k] = true;
   };
-  auto join = [&]() {
-    if (!side_open) return;
-    cudaEventRecord(join_event, side);
-    cudaStreamWaitEvent(s, join_event, 0);
-    side_open = false;
+  auto wait_side = [&](cudaStream_t on, int k) {
+    if (!side_open[k] || on == side[k]) return;
+    cudaEventRecord(side_done[k], side[k]);
+    cudaStreamWaitEvent(on, side_done[k], 0);
+  };
+  auto join_all = [&]() {
+    for (int k = 0; k < kSideStreams; ++k) {
+      wait_side(s, k);
+      side_open[k] = false;
+    }
   };
   embed(d_tokens, T, embed_table, D, hc, X, s);
   rb(X, static_cast<size_t>(T) * hc * D);
@@ -533,12 +548,22 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       }
       gemm_split(normed, T, D, L.attn_in, outs, n, s);
     }
-    // Two chains from here to the attention: the queries (s), and the KV head, the compressors and
-    // the indexer (ss: the side stream when forked). The indexer's queries need qr_bf from the
-    // first chain (handoff_event).
+    // Four chains from here to the attention when forked: the queries (s); the KV head and its
+    // compressor (kv_s, side stream 0); the indexer's key compressor (ikey_s, 1); the indexer's
+    // queries, scores and top-k (iq_s, 2), which need qr_bf from the first chain (handoff_event)
+    // and the new keys from the third. The attention row lists follow the last chain to finish
+    // its inputs. Unforked, all four are s in this order.
     const bool fork_attn = branches && split_in;
-    if (fork_attn) fork();
-    const cudaStream_t ss = fork_attn ? side : s;
+    const cudaStream_t kv_s = fork_attn ? side[0] : s;
+    const cudaStream_t ikey_s = fork_attn && L.has_indexer ? side[1] : s;
+    const cudaStream_t iq_s = fork_attn && L.has_indexer ? side[2] : s;
+    if (fork_attn) {
+      fork(0);
+      if (L.has_indexer) {
+        fork(1);
+        fork(2);
+      }
+    }
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
     if (!split_in) proj(normed, T, D, L.wq_a, c.q_lora_rank, qr, s);
     rb(qr, static_cast<size_t>(T) * c.q_lora_rank);
@@ -556,14 +581,17 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
     tap_bf(l, "q", q_bf, static_cast<size_t>(T) * H * hd);
     // The shared KV head.
-    if (!split_in) proj(normed, T, D, L.wkv, hd, kv, ss);
+    if (!split_in) proj(normed, T, D, L.wkv, hd, kv, kv_s);
     rb(kv, static_cast<size_t>(T) * hd);
-    norm_rope(kv, T, 1, hd, L.kv_norm, eps, rel, st.pos, rope_t, rd, rope_f, kv, kv_bf, ss);
+    norm_rope(kv, T, 1, hd, L.kv_norm, eps, rel, st.pos, rope_t, rd, rope_f, kv, kv_bf, kv_s);
     tap_bf(l, "kv", kv_bf, static_cast<size_t>(T) * hd);
     // Compressed rows of windows that close in this step (DeepSeekV4::compress).
     auto run_compressor = [&](const DevCompressor& dc, const model::CompressorSlotLayout& sl, const CompressPlan& cp,
                               size_t page_offset, int dims, bool index_key) {
       float* const ab = index_key ? comp_ab_index : comp_ab;
+      const cudaStream_t ss = index_key ? ikey_s : kv_s;
+      float* const new_rows = index_key ? fresh_index : fresh;  // each compressor its own buffers
+      uint8_t** const new_row_ptrs = index_key ? fresh_ptrs_index : fresh_ptrs;
       CompressorView cv;
       cv.ab = ab;
       cv.ape = dc.ape;
@@ -578,28 +606,28 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       if (!split_in) gemm(normed, T, D, dc.wkv_gate.w, 2 * dc.width, ab, ss);
       const int R = static_cast<int>(cp.rows.size());
       const NewRow* d_rows = meta_ptr<NewRow>(cp.off_rows);
-      compress_pool(st, cv, d_rows, R, fresh, ss);
+      compress_pool(st, cv, d_rows, R, new_rows, ss);
       compress_update(st, cv, meta_ptr<int32_t>(cp.off_closed), static_cast<int>(cp.closed_seqs.size()),
                       meta_ptr<int32_t>(cp.off_open), static_cast<int>(cp.open_tokens.size()), ss);
       if (R == 0) return;
       const size_t n = static_cast<size_t>(R) * dims;
-      rb(fresh, n);
+      rb(new_rows, n);
       // Norm, (release) bf16 rounding and RoPE of the new rows in one pass.
-      norm_rope(fresh, R, 1, dims, dc.norm, eps, rel, meta_ptr<int64_t>(cp.off_pos), rope_compress, rd,
-                rope_compress_factor, fresh, nullptr, ss);
+      norm_rope(new_rows, R, 1, dims, dc.norm, eps, rel, meta_ptr<int64_t>(cp.off_pos), rope_compress, rd,
+                rope_compress_factor, new_rows, nullptr, ss);
       if (index_key && rel) {  // indexer keys are Hadamard-rotated under release numerics
-        round_bf16(fresh, n, ss);
-        hadamard_rows_bf16(fresh, R, dims, 1.0f / std::sqrt(static_cast<float>(dims)), ss);
+        round_bf16(new_rows, n, ss);
+        hadamard_rows_bf16(new_rows, R, dims, 1.0f / std::sqrt(static_cast<float>(dims)), ss);
       }
       if (fp8_cache) {  // FP8 KV rows / FP4 indexer keys, encoded straight into their pages
         const size_t rb_bytes = index_key ? shape.index_row.bytes() : shape.kv_row.bytes();
-        page_row_pointers(st, d_rows, R, page_offset, CL.rows_per_page, rb_bytes, fresh_ptrs, ss);
+        page_row_pointers(st, d_rows, R, page_offset, CL.rows_per_page, rb_bytes, new_row_ptrs, ss);
         if (index_key)
-          encode_index_rows_fp4(fresh, static_cast<size_t>(dims), R, dims, fresh_ptrs, ss);
+          encode_index_rows_fp4(new_rows, static_cast<size_t>(dims), R, dims, new_row_ptrs, ss);
         else
-          encode_kv_rows_fp8(fresh, static_cast<size_t>(dims), R, dims, rd, fresh_ptrs, ss);
+          encode_kv_rows_fp8(new_rows, static_cast<size_t>(dims), R, dims, rd, new_row_ptrs, ss);
       } else {
-        store_page_rows(st, d_rows, R, fresh, dims, page_offset, CL.rows_per_page, ss);
+        store_page_rows(st, d_rows, R, new_rows, dims, page_offset, CL.rows_per_page, ss);
       }
     };
     const int* sel = nullptr;
@@ -610,61 +638,66 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
         // Lightning indexer: keys from its own compressor, queries from qr, top-k per query.
         const int nI = c.index_n_heads, ih = c.index_head_dim;
         run_compressor(L.index_compressor, CL.index_compressor, cp, CL.index_keys, ih, true);
-        if (fork_attn) cudaStreamWaitEvent(side, handoff_event, 0);
-        proj(qr_bf, T, c.q_lora_rank, L.index_wq_b, nI * ih, qi, ss);
+        // The query weights and the key pointers first: neither waits for qr_bf.
+        if (!split_in) gemm(normed, T, D, L.index_weights_proj.w, nI, wts, iq_s);
+        if (rel) {  // both scales folded into the weights, in bf16 (the official code's order)
+          round_bf16(wts, static_cast<size_t>(T) * nI, iq_s);
+          scale_rows(wts, static_cast<size_t>(T) * nI,
+                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(ih)) / std::sqrt(static_cast<double>(nI))), iq_s);
+          round_bf16(wts, static_cast<size_t>(T) * nI, iq_s);
+        } else {
+          scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), iq_s);
+        }
+        fill_key_rows(st, meta_ptr<int>(cp.off_kseq), cp.max_keys_per_seq, ratio, CL.index_keys, CL.rows_per_page,
+                      shape.index_row.bytes(), keys, iq_s);
+        if (fork_attn) cudaStreamWaitEvent(iq_s, handoff_event, 0);
+        proj(qr_bf, T, c.q_lora_rank, L.index_wq_b, nI * ih, qi, iq_s);
         const size_t nq = static_cast<size_t>(T) * nI * ih;
         if (rel) {  // rotated like the keys
-          round_bf16(qi, nq, ss);
-          rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, ss);
-          round_bf16(qi, nq, ss);
-          hadamard_rows_bf16(qi, T * nI, ih, 1.0f / std::sqrt(static_cast<float>(ih)), ss);
-          to_bf16(qi, nq, qi_bf, ss);
+          round_bf16(qi, nq, iq_s);
+          rope(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, false, iq_s);
+          round_bf16(qi, nq, iq_s);
+          hadamard_rows_bf16(qi, T * nI, ih, 1.0f / std::sqrt(static_cast<float>(ih)), iq_s);
+          to_bf16(qi, nq, qi_bf, iq_s);
         } else {
-          rope_to_bf16(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, qi_bf, ss);
+          rope_to_bf16(qi, T, nI, ih, st.pos, rope_compress, rd, rope_compress_factor, qi_bf, iq_s);
         }
         tap_bf(l, "iq", qi_bf, nq);
-        if (!split_in) gemm(normed, T, D, L.index_weights_proj.w, nI, wts, ss);
-        if (rel) {  // both scales folded into the weights, in bf16 (the official code's order)
-          round_bf16(wts, static_cast<size_t>(T) * nI, ss);
-          scale_rows(wts, static_cast<size_t>(T) * nI,
-                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(ih)) / std::sqrt(static_cast<double>(nI))), ss);
-          round_bf16(wts, static_cast<size_t>(T) * nI, ss);
-        } else {
-          scale_rows(wts, static_cast<size_t>(T) * nI, 1.0f / std::sqrt(static_cast<float>(nI)), ss);
-        }
-        tap_f32(l, "iw", wts, static_cast<size_t>(T) * nI);
-        fill_key_rows(st, meta_ptr<int>(cp.off_kseq), cp.max_keys_per_seq, ratio, CL.index_keys, CL.rows_per_page,
-                      shape.index_row.bytes(), keys, ss);
+        tap_f32(l, "iw", wts, static_cast<size_t>(T) * nI);  // after "iq", where the CPU taps it
         const auto* keys_bf = reinterpret_cast<const bf16* const*>(keys);
         const auto* keys_fp4 = reinterpret_cast<const uint8_t* const*>(keys);
         const int stride = std::max(cp.max_keys, 1);
         const int* kb = meta_ptr<int>(cp.off_kbegin);
         const int* nk = meta_ptr<int>(cp.off_nkeys);
         const float iscale = 1.0f / std::sqrt(static_cast<float>(ih));
+        wait_side(iq_s, 1);  // the step's new keys are in their pages
         if (rel && fp8_cache)
-          indexer_scores_release_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, scores, stride, ss);
+          indexer_scores_release_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, scores, stride, iq_s);
         else if (rel)
-          indexer_scores_release(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, scores, stride, ss);
+          indexer_scores_release(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, scores, stride, iq_s);
         else if (fp8_cache)
-          indexer_scores_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, iscale, scores, stride, ss);
+          indexer_scores_fp4(qi_bf, wts, T, nI, ih, keys_fp4, kb, nk, cp.max_keys, iscale, scores, stride, iq_s);
         else
-          indexer_scores(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, iscale, scores, stride, ss);
+          indexer_scores(qi_bf, wts, T, nI, ih, keys_bf, kb, nk, cp.max_keys, iscale, scores, stride, iq_s);
         topk_select(scores, T, stride, meta_ptr<int>(cp.off_nkeys), std::max(cp.max_keys, 1), c.index_topk, selected,
-                    nullptr, topk_ws, ss);
+                    nullptr, topk_ws, iq_s);
         sel = selected;
         tap_ints(l, "isel", selected, static_cast<size_t>(T) * c.index_topk);
       }
     }
     const RowPlan& rp = row_plans.at({static_cast<int>(kind), ratio});
+    // The row lists on the chain that finishes last (the indexer's with one), after the KV head's.
+    const cudaStream_t rows_s = L.has_indexer ? iq_s : kv_s;
+    wait_side(rows_s, 0);
     // The chunk's own rows as the cache holds them (fp8: encoded, so its queries read the rounded rows).
     const uint8_t* chunk_rows = fp8_cache ? kv8 : reinterpret_cast<const uint8_t*>(kv_bf);
     if (fp8_cache) {  // release: from the bf16 values, as the official code (and the CPU) encode them
       rb(kv, static_cast<size_t>(T) * hd);
-      encode_kv_rows_fp8(kv, static_cast<size_t>(hd), T, hd, rd, kv8, shape.kv_row.bytes(), ss);
+      encode_kv_rows_fp8(kv, static_cast<size_t>(hd), T, hd, rd, kv8, shape.kv_row.bytes(), rows_s);
     }
     fill_attention_rows(st, meta_ptr<int>(rp.off), CL.window, chunk_rows, shape.kv_row.bytes(), sel, c.index_topk,
-                        CL.rows, CL.rows_per_page, rows, ss);
-    join();  // the attention reads both chains' outputs
+                        CL.rows, CL.rows_per_page, rows, rows_s);
+    join_all();  // the attention reads every chain's outputs
     const float ascale = 1.0f / std::sqrt(static_cast<float>(hd));
     // Release numerics: the official softmax is fp32; bf16 probabilities alone move a block by ~1%.
     const AttnProbabilities probs = rel ? AttnProbabilities::kBf16HiLo : AttnProbabilities::kBf16;
@@ -676,9 +709,9 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
                      std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s, probs);
     // Every query has read the ring: store each sequence's newest rows in it (beside the output
     // projection when forked; nothing writes chunk_rows before the MoE block's join).
-    if (branches) fork();
+    if (branches) fork(0);
     store_ring(st, meta_ptr<int32_t>(off_ring), static_cast<int>(ring_tokens.size()), chunk_rows, shape.kv_row.bytes(),
-               CL.window, branches ? side : s);
+               CL.window, branches ? side[0] : s);
     // V carried RoPE: rotate the output back by the query position.
     rb(o, static_cast<size_t>(T) * H * hd);
     tap_f32(l, "o", o, static_cast<size_t>(T) * H * hd);
@@ -717,8 +750,8 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // Two chains to the combine: the shared expert (shared_s: the side stream when forked) and the
     // routed experts (s).
     const bool fork_ffn = branches && split_ffn;
-    if (fork_ffn) fork();
-    const cudaStream_t shared_s = fork_ffn ? side : s;
+    if (fork_ffn) fork(0);
+    const cudaStream_t shared_s = fork_ffn ? side[0] : s;
     const Scoring scoring = c.scoring_func == model::ScoringFunc::kSqrtSoftplus ? Scoring::kSqrtSoftplus
                             : c.scoring_func == model::ScoringFunc::kSigmoid   ? Scoring::kSigmoid
                                                                                 : Scoring::kSoftmax;
@@ -768,7 +801,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // weight before w2) + the shared expert (release: rounded to bf16 once), then mHC post. One kernel
     // unless a tap must see the block's output.
     const float* combine_w = rel ? nullptr : route_w;
-    join();  // the shared expert's rows, and the ring store of the attention block
+    join_all();  // the shared expert's rows, and the ring store of the attention block
     if (tap) {
       moe_combine(y, row_of, route_sel, combine_w, ys, T, K, D, sub_out, s);
       rb(sub_out, static_cast<size_t>(T) * D);

@@ -54,8 +54,9 @@ struct CudaModelOptions {
   // summation (the tensor core's within each block); half the weight bytes. Off: the bf16 path.
   bool fp8_gemm = false;
   // Exact-numerics steps of at most kBranchMaxRows tokens (cuda_model_impl.h) run the chains of a
-  // layer that do not feed each other at once, on a second stream (a forked CUDA graph when
-  // recorded): the KV head, compressors and indexer beside the query path, the shared expert
+  // layer that do not feed each other at once, on side streams (a forked CUDA graph when
+  // recorded): the KV head and its compressor, the indexer's key compressor and the indexer's
+  // queries and top-k, each beside the query path and each other; the shared expert
   // beside the routed ones, the ring store beside the output projection. The same kernels on the
   // same data: bitwise the results of one stream. At one token most of those kernels are a few
   // microseconds of latency each, so the shorter chain hides behind the longer. Off: one stream.

@@ -155,11 +155,16 @@ struct CudaModel::Impl {
   bool release = false;  // release numerics (model/numerics.h), else exact
   int max_model_len = 0;
   cudaStream_t stream = nullptr;
-  // The side stream of concurrent_branches (highest priority: its chains are the longer ones, and
-  // their small kernels should take SMs as soon as the main chain's GEMM frees any), and the
-  // events that fork it from `stream`, join it back, and pass one mid-chain input across.
-  cudaStream_t side = nullptr;
-  cudaEvent_t fork_event = nullptr, join_event = nullptr, handoff_event = nullptr;
+  // The side streams of concurrent_branches (highest priority: their chains are the longer ones,
+  // and their small kernels should take SMs as soon as the main chain's GEMM frees any): [0] the KV
+  // head and compressor (and the shared expert, the ring store), [1] the indexer's key compressor,
+  // [2] the indexer's queries, scores and top-k. fork_event forks them from `stream`; side_done[k]
+  // marks side stream k's work so far (joins, and one side stream waiting for another);
+  // handoff_event passes qr_bf from `stream` to [2].
+  static constexpr int kSideStreams = 3;
+  cudaStream_t side[kSideStreams] = {};
+  cudaEvent_t side_done[kSideStreams] = {};
+  cudaEvent_t fork_event = nullptr, handoff_event = nullptr;
   DeviceArena weights_arena, cache_arena, work_arena;
 
   // Weights.
@@ -183,6 +188,7 @@ struct CudaModel::Impl {
   float *qr = nullptr, *q = nullptr, *kv = nullptr, *o = nullptr;
   bf16 *qr_bf = nullptr, *q_bf = nullptr, *kv_bf = nullptr, *og = nullptr, *zo_bf = nullptr;
   float *comp_ab = nullptr, *comp_ab_index = nullptr, *fresh = nullptr;  // compressor, indexer compressor
+  float* fresh_index = nullptr;  // the indexer compressor's new rows (fresh is the KV compressor's)
   float *qi = nullptr, *wts = nullptr, *scores = nullptr;
   bf16* qi_bf = nullptr;
   int* selected = nullptr;
@@ -190,7 +196,8 @@ struct CudaModel::Impl {
   const void** keys = nullptr;  // indexer keys (bf16 or FP4)
   uint8_t* kv8 = nullptr;       // fp8 cache: the chunk's own KV rows, encoded [T, kv row bytes]
   uint8_t** fresh_ptrs = nullptr;  // fp8 cache: page addresses of the step's new compressed rows
-  size_t fresh_ptrs_capacity = 0;
+  uint8_t** fresh_ptrs_index = nullptr;  // ... of the new indexer keys
+  size_t fresh_ptrs_capacity = 0, fresh_ptrs_index_capacity = 0, fresh_index_capacity = 0;
   size_t rows_capacity = 0, keys_capacity = 0, scores_capacity = 0, fresh_rows_capacity = 0;
   void* attn_ws = nullptr;
   void* topk_ws = nullptr;
@@ -253,12 +260,15 @@ struct CudaModel::Impl {
     // The step-sized work buffers (ensure_capacity; the arenas free the rest).
     for (void* p : {static_cast<void*>(meta_dev), static_cast<void*>(rows), static_cast<void*>(keys),
                     static_cast<void*>(fresh_ptrs), static_cast<void*>(scores), static_cast<void*>(fresh), attn_ws,
-                    topk_ws})
+                    topk_ws, static_cast<void*>(fresh_index), static_cast<void*>(fresh_ptrs_index)})
       if (p) cudaFree(p);
     if (greedy_host) cudaFreeHost(greedy_host);
     if (stream) cudaStreamDestroy(stream);
-    if (side) cudaStreamDestroy(side);
-    for (cudaEvent_t e : {fork_event, join_event, handoff_event})
+    for (int k = 0; k < kSideStreams; ++k) {
+      if (side[k]) cudaStreamDestroy(side[k]);
+      if (side_done[k]) cudaEventDestroy(side_done[k]);
+    }
+    for (cudaEvent_t e : {fork_event, handoff_event})
       if (e) cudaEventDestroy(e);
   }
 
