@@ -40,6 +40,9 @@ set(DEEPINFER_CUDA_FLAGS
   -std=c++20
   -Xcompiler=-Wall,-Wextra,-Werror,-ffp-contract=off
   --Werror=all-warnings)
+if(DEEPINFER_CUDA_LINEINFO)
+  list(APPEND DEEPINFER_CUDA_FLAGS -lineinfo)
+endif()
 if(DEEPINFER_SANITIZE)
   # Sanitizers instrument host code only; device code is not instrumented. (-Xcompiler splits its
   # argument at commas, so -fsanitize=address,undefined must be given as two flags.)

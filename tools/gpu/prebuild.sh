@@ -11,6 +11,8 @@
 # a STAMP of the tree's sources (trees.sh). ab.sh AB_PREBUILT=OUT_DIR unpacks them into its trees when
 # the stamp matches and the binaries load there; otherwise it builds on the GPU machine as before.
 # OUT_DIR goes to the GPU machine in `carry` (the binaries are ~4 MB each compressed).
+# PREBUILD_CMAKE_ARGS: more CMake arguments for every tree (e.g. -DDEEPINFER_CUDA_LINEINFO=ON for
+# Nsight Compute's source view; the stamp does not cover them).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 [ $# -ge 2 ] || { sed -n '2,13p' "$0"; exit 2; }
@@ -41,8 +43,9 @@ for spec in "$@"; do
   echo "== $(date +%H:%M:%S) build $name"
   # Not run_all.sh's build stage: that one points the build at the fixtures of this machine, which
   # the GPU machine does not have at the same path (the tests built here need none).
+  # shellcheck disable=SC2086  # PREBUILD_CMAKE_ARGS (e.g. -DDEEPINFER_CUDA_LINEINFO=ON) is meant to split
   cmake -S "$dir" -B "$dir/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_TESTS=ON \
-    -DDEEPINFER_GPU_ONLY=ON "${launch[@]}" >"$out/$name.build.log" 2>&1 || { tail -20 "$out/$name.build.log"; exit 1; }
+    -DDEEPINFER_GPU_ONLY=ON ${PREBUILD_CMAKE_ARGS:-} "${launch[@]}" >"$out/$name.build.log" 2>&1 || { tail -20 "$out/$name.build.log"; exit 1; }
   # shellcheck disable=SC2086  # the target list is meant to split
   cmake --build "$dir/build-gpu" -j"$(nproc)" --target $targets >>"$out/$name.build.log" 2>&1 ||
     { grep -B2 -A12 -m5 error "$out/$name.build.log"; exit 1; }

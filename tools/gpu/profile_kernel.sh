@@ -6,6 +6,8 @@
 #   tools/gpu/profile_kernel.sh OUT_DIR BUILD_DIR NAME_REGEX "BENCH_ARGS" [LAUNCHES]
 #   e.g. tools/gpu/profile_kernel.sh out/k build-gpu 'wgmma_gemm_kernel' \
 #          "--batches '' --contexts '' --prefill 4096" 3          -> OUT_DIR/kernel.txt
+# PROFILE_SOURCE=1 adds the source counters (the warp-stall samples by instruction, and by source
+# line when the binaries were built with -DDEEPINFER_CUDA_LINEINFO=ON).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=$1; build=$2; pattern=$3; bench_args=$4; launches=${5:-3}
@@ -17,6 +19,7 @@ eval "set -- $bench_args"
 "$ncu" --profile-from-start off --kernel-name "regex:$pattern" --launch-count "$launches" \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
   --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+  ${PROFILE_SOURCE:+--section SourceCounters --import-source yes} \
   --cache-control none --clock-control none --print-details all \
   "$build/deepinfer_bench_model" --config tools/oracle_configs/v4-mid.json --steps 3 --profile 1 "$@" \
   >"$out/kernel.txt" 2>"$out/kernel.err" || tail -3 "$out/kernel.err"
