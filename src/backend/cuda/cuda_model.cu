@@ -495,16 +495,18 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     }
     gemm(qin(x, M, K, W), M, K, W.w, N, y, on);
   };
-  // Concurrent branches (CudaModelOptions::concurrent_branches): fork(k) starts side stream k after
-  // everything enqueued on s so far; wait_side(on, k) makes stream `on` wait for side stream k's
+  // Concurrent branches (CudaModelOptions::concurrent_branches): fork(n) starts side streams
+  // 0..n-1 after everything enqueued on s so far; wait_side(on, k) makes stream `on` wait for side stream k's
   // work so far; join_all() makes s wait for every side stream. Each branch uses its own buffers.
   // Every fork is joined before the step's last kernel, so a recorded graph ends on s and a
   // synchronisation of s covers the side streams' work.
   bool side_open[kSideStreams] = {};
-  auto fork = [&](int k) {
+  auto fork = [&](int n) {
     cudaEventRecord(fork_event, s);
-    cudaStreamWaitEvent(side[k], fork_event, 0);
-    side_open[k] = true;
+    for (int k = 0; k < n; ++k) {
+      cudaStreamWaitEvent(side[k], fork_event, 0);
+      side_open[k] = true;
+    }
   };
   auto wait_side = [&](cudaStream_t on, int k) {
     if (!side_open[k] || on == side[k]) return;
@@ -557,13 +559,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     const cudaStream_t kv_s = fork_attn ? side[0] : s;
     const cudaStream_t ikey_s = fork_attn && L.has_indexer ? side[1] : s;
     const cudaStream_t iq_s = fork_attn && L.has_indexer ? side[2] : s;
-    if (fork_attn) {
-      fork(0);
-      if (L.has_indexer) {
-        fork(1);
-        fork(2);
-      }
-    }
+    if (fork_attn) fork(L.has_indexer ? 3 : 1);
     // Queries: low-rank q with q_norm, per-head RMS norm, RoPE.
     if (!split_in) proj(normed, T, D, L.wq_a, c.q_lora_rank, qr, s);
     rb(qr, static_cast<size_t>(T) * c.q_lora_rank);
@@ -709,7 +705,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
                      std::max(rp.max_rows, 1), L.sinks, ascale, o, attn_ws, s, probs);
     // Every query has read the ring: store each sequence's newest rows in it (beside the output
     // projection when forked; nothing writes chunk_rows before the MoE block's join).
-    if (branches) fork(0);
+    if (branches) fork(1);
     store_ring(st, meta_ptr<int32_t>(off_ring), static_cast<int>(ring_tokens.size()), chunk_rows, shape.kv_row.bytes(),
                CL.window, branches ? side[0] : s);
     // V carried RoPE: rotate the output back by the query position.
@@ -750,7 +746,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // Two chains to the combine: the shared expert (shared_s: the side stream when forked) and the
     // routed experts (s).
     const bool fork_ffn = branches && split_ffn;
-    if (fork_ffn) fork(0);
+    if (fork_ffn) fork(1);
     const cudaStream_t shared_s = fork_ffn ? side[0] : s;
     const Scoring scoring = c.scoring_func == model::ScoringFunc::kSqrtSoftplus ? Scoring::kSqrtSoftplus
                             : c.scoring_func == model::ScoringFunc::kSigmoid   ? Scoring::kSigmoid

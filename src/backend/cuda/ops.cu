@@ -892,56 +892,44 @@ __device__ __forceinline__ void route_token(const float* __restrict__ logits, in
   }
 }
 
-__global__ void __launch_bounds__(kRouteWarps * 32)
-    moe_route_kernel(const float* __restrict__ logits, int T, int E, int K, Scoring scoring,
-                     const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
-                     const int32_t* __restrict__ tokens, float routed_scale, int* __restrict__ sel,
-                     float* __restrict__ w) {
-  pdl_prologue();
-  __shared__ float score_s[kRouteWarps][kMaxExperts];
-  __shared__ float biased_s[kRouteWarps][kMaxExperts];
-  __shared__ int pick_s[kRouteWarps][kMaxTopK];
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
-  if (t >= T) return;  // whole warps only; no block barriers below
-  route_token(logits, t, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w, score_s[warp], biased_s[warp],
-              pick_s[warp]);
-}
-
-// T <= kRouteWarps: one CTA routes every token (a warp each, route_token), then writes
+// One warp a token (route_token). kPermute (T <= kRouteWarps, one CTA): the CTA then also writes
 // moe_permute's outputs for the N = T K choices, so no permutation launch follows. The rows are
 // those of moe_permute's stable counting sort (integer counts): row_offsets[e] = choices of
 // experts below e; choice i goes to row_offsets[sel[i]] + earlier choices of the same expert.
+template <bool kPermute>
 __global__ void __launch_bounds__(kRouteWarps * 32)
-    moe_route_permute_kernel(const float* __restrict__ logits, int T, int E, int K, Scoring scoring,
-                             const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
-                             const int32_t* __restrict__ tokens, float routed_scale, int* sel, float* w,
-                             MoePermutation out) {
+    moe_route_kernel(const float* __restrict__ logits, int T, int E, int K, Scoring scoring,
+                     const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
+                     const int32_t* __restrict__ tokens, float routed_scale, int* sel, float* w,
+                     MoePermutation out) {
   pdl_prologue();
   __shared__ float score_s[kRouteWarps][kMaxExperts];
   __shared__ float biased_s[kRouteWarps][kMaxExperts];
   __shared__ int pick_s[kRouteWarps][kMaxTopK];
-  __shared__ int sel_s[kRouteWarps * kMaxTopK];
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32;
-  if (warp < T)
-    route_token(logits, warp, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w, score_s[warp],
-                biased_s[warp], pick_s[warp]);
-  __syncthreads();  // every token's sel and w written (global writes of this CTA, visible to it now)
-  const int N = T * K;
-  for (int i = tid; i < N; i += kRouteWarps * 32) sel_s[i] = sel[i];
-  __syncthreads();
-  for (int e = tid; e <= E; e += kRouteWarps * 32) {
-    int below = 0;
-    for (int j = 0; j < N; ++j) below += sel_s[j] < e;
-    out.row_offsets[e] = below;
-  }
-  for (int i = tid; i < N; i += kRouteWarps * 32) {
-    const int e = sel_s[i];
-    int row = 0;
-    for (int j = 0; j < N; ++j) row += sel_s[j] < e || (j < i && sel_s[j] == e);
-    out.perm_token[row] = i / K;
-    if (out.perm_weight != nullptr) out.perm_weight[row] = w[i];
-    out.row_of[i] = row;
+  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  if (t < T)
+    route_token(logits, t, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w, score_s[warp], biased_s[warp],
+                pick_s[warp]);
+  if constexpr (kPermute) {
+    __shared__ int sel_s[kRouteWarps * kMaxTopK];
+    __syncthreads();  // every token's sel and w written (global writes of this CTA, visible to it now)
+    const int N = T * K;
+    for (int i = tid; i < N; i += kRouteWarps * 32) sel_s[i] = sel[i];
+    __syncthreads();
+    for (int e = tid; e <= E; e += kRouteWarps * 32) {
+      int below = 0;
+      for (int j = 0; j < N; ++j) below += sel_s[j] < e;
+      out.row_offsets[e] = below;
+    }
+    for (int i = tid; i < N; i += kRouteWarps * 32) {
+      const int e = sel_s[i];
+      int row = 0;
+      for (int j = 0; j < N; ++j) row += sel_s[j] < e || (j < i && sel_s[j] == e);
+      out.perm_token[row] = i / K;
+      if (out.perm_weight != nullptr) out.perm_weight[row] = w[i];
+      out.row_of[i] = row;
+    }
   }
 }
 
@@ -1402,12 +1390,12 @@ bool moe_route(const float* logits, int T, int E, int K, Scoring scoring, const 
   DI_CHECK(E > 0 && E <= kMaxExperts && K > 0 && K <= kMaxTopK && K <= E, "E = %d, K = %d", E, K);
   DI_CHECK(tid2eid == nullptr || tokens != nullptr, "hash routing needs the token ids");
   if (permutation != nullptr && T <= kRouteWarps) {
-    moe_route_permute_kernel<<<1, kRouteWarps * 32, 0, stream>>>(logits, T, E, K, scoring, bias, tid2eid, tokens,
-                                                                 routed_scale, sel, w, *permutation);
+    moe_route_kernel<true><<<1, kRouteWarps * 32, 0, stream>>>(logits, T, E, K, scoring, bias, tid2eid, tokens,
+                                                               routed_scale, sel, w, *permutation);
     return true;
   }
-  moe_route_kernel<<<static_cast<unsigned>(ceil_div(T, kRouteWarps)), kRouteWarps * 32, 0, stream>>>(
-      logits, T, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w);
+  moe_route_kernel<false><<<static_cast<unsigned>(ceil_div(T, kRouteWarps)), kRouteWarps * 32, 0, stream>>>(
+      logits, T, E, K, scoring, bias, tid2eid, tokens, routed_scale, sel, w, MoePermutation{});
   return false;
 }
 
