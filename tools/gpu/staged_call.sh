@@ -10,7 +10,8 @@
 # Stages:
 #   setup  unpack the packs into the trees (ab.sh with no rounds; base = the working tree)
 #   tests  TESTS in order, each TREE=SPEC (SPEC as in gpu_tests.sh, e.g. "mc=attention"
-#          "base=model:CudaModel.Concurrent*"); a tree whose tests fail leaves the A/B
+#          "base=model:CudaModel.Concurrent*"); a tree whose tests fail leaves the A/B, and so
+#          does every tree that applies one of its patches
 #   attn   deepinfer_bench_attention in each of ATTN_TREES that has it
 #   ab     ab.sh's alternating rounds over base and the remaining TREES (BENCH, ROUNDS)
 #   trace  one traced step per tree side by side (batch 1 at 1k and a 4k prefill)
@@ -46,7 +47,18 @@ run_for() {
   return $rc
 }
 tree_dir() { if [ "$1" = base ]; then echo "$PWD"; else echo "/tmp/ab-$1"; fi; }
-drop_tree() { trees=$(echo " $trees " | sed "s# $1=[^ ]*# #"); }
+# Drops tree $1 from the A/B, and every tree that applies one of its patches (a stack built on it).
+drop_tree() {
+  local spec t p hit keep=""
+  spec=$(echo " $trees " | grep -o " $1=[^ ]*" | sed "s# $1=##")
+  for t in $trees; do
+    [ "${t%%=*}" = "$1" ] && continue
+    hit=0
+    for p in ${spec//+/ }; do case "+${t#*=}+" in *"+$p+"*) hit=1 ;; esac; done
+    if [ $hit = 1 ]; then echo "dropped ${t%%=*} too (it applies a patch of $1)" >>"$summary"; else keep="$keep $t"; fi
+  done
+  trees=$keep
+}
 
 for stage in ${STAGES:-setup tests ab}; do
   [ "$(left)" -gt 30 ] || { echo "skipped $stage: deadline" >>"$summary"; continue; }
