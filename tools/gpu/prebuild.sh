@@ -10,7 +10,7 @@
 # and the attention, ops and gemm tests) and packed to OUT_DIR/NAME.tar.xz: build-gpu's binaries and
 # a STAMP of the tree's sources (trees.sh). ab.sh AB_PREBUILT=OUT_DIR unpacks them into its trees when
 # the stamp matches and the binaries load there; otherwise it builds on the GPU machine as before.
-# OUT_DIR goes to the GPU machine in `carry` (the binaries are ~4 MB each compressed).
+# OUT_DIR goes to the GPU machine in `carry` (~4 MB for the first binary of a pack, ~0.3 MB for each next one).
 # PREBUILD_CMAKE_ARGS: more CMake arguments for every tree (e.g. -DDEEPINFER_CUDA_LINEINFO=ON for
 # Nsight Compute's source view; the stamp does not cover them).
 set -uo pipefail
@@ -52,6 +52,9 @@ for spec in "$@"; do
   tree_stamp "$dir" >"$dir/build-gpu/STAMP"
   bins=(STAMP)
   for t in $targets; do bins+=("$t"); done
-  tar cJf "$out/$name.tar.xz" -C "$dir/build-gpu" "${bins[@]}" || exit 1
+  # A 192 MiB xz dictionary: every binary embeds the same kernels' fatbins (~17 MB uncompressed
+  # each), and the default 8 MiB window cannot reach the previous binary's copy (a pack of the model
+  # bench and two test binaries: 10.1 -> 4.8 MB; the carry is 64 MiB).
+  XZ_OPT=${XZ_OPT:---lzma2=preset=6,dict=192MiB} tar cJf "$out/$name.tar.xz" -C "$dir/build-gpu" "${bins[@]}" || exit 1
   echo "$name: $(du -h "$out/$name.tar.xz" | cut -f1) ($(cat "$dir/build-gpu/STAMP"))"
 done
