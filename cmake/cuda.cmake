@@ -62,7 +62,9 @@ endfunction()
 # the architecture-specific sm_90a target (wgmma.mma_async exists only there).
 deepinfer_cuda_part(deepinfer_cuda_gemm src/backend/cuda/gemm.cu src/backend/cuda/gemm_wgmma.cu)
 set_target_properties(deepinfer_cuda_gemm PROPERTIES CUDA_ARCHITECTURES 90a)
-deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu)
+# Sink attention and the indexer; the 64-head attention CTAs run on wgmma (attention_wgmma.cu: sm_90a).
+deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu src/backend/cuda/attention_wgmma.cu)
+set_target_properties(deepinfer_cuda_attention PROPERTIES CUDA_ARCHITECTURES 90a)
 deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu src/backend/cuda/sampling.cu)
 # The FP8 KV cache: FP8 KV row / FP4 indexer key encoders and the release indexer over FP4 keys (the
 # attention-side readers live in deepinfer_cuda_attention).

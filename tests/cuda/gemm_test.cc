@@ -24,6 +24,8 @@
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_testing.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/swiglu.cuh"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -427,6 +429,112 @@ TEST(GemmCudaGrouped, SideBySideMatchesStackedBitwise) {
       }
     }
   }
+}
+
+// grouped_gemm_stacked_swiglu: with each group's w1 | w3 rows interleaved in blocks of 8 (swiglu.cuh),
+// h is bitwise what the two-step form gives on the plain weights (grouped_gemm_stacked into fp32, then
+// swiglu()), for the automatic choice and every forced TMA + wgmma tile; the two-step form on the
+// interleaved weights (swiglu(..., gate_up_interleaved = true)) gives the same bits too; forced
+// mma.sync tiles, and operands the TMA tiles cannot load (K % 64 != 0), make it return false
+// without writing; nothing is written past the rows. Shapes: the V4-Flash experts
+// (inter 2048, K 4096) at decode (1 row an expert: the 64 x 256 cluster tile, whose slices meet in
+// the DSMEM sum) and at a few dozen rows an expert, prefill-sized groups over two K slices (the
+// fold tiles), and a small inter.
+void check_grouped_swiglu(const std::vector<int>& group_rows, int inter, int K, float limit) {
+  const int G = static_cast<int>(group_rows.size()), N = 2 * inter;
+  std::vector<int> offsets(G + 1, 0);
+  for (int g = 0; g < G; ++g) offsets[g + 1] = offsets[g] + group_rows[g];
+  const int rows = offsets[G], max_rows = rows + 9;
+  const std::string what = "G=" + std::to_string(G) + " rows=" + std::to_string(rows) +
+                           " inter=" + std::to_string(inter) + " K=" + std::to_string(K);
+  const DeviceArray<uint16_t> dx(random_bf16(static_cast<size_t>(max_rows) * K, 1234u + rows + K));
+  const DeviceArray<int> d_offsets(offsets);
+  // A few distinct weights, stacked as G groups: plain (w1 rows, then w3 rows) and interleaved.
+  const int distinct = std::min(G, 3);
+  const size_t matrix = static_cast<size_t>(N) * K, row = static_cast<size_t>(K);
+  DeviceArray<uint16_t> plain(static_cast<size_t>(G) * matrix), mixed(static_cast<size_t>(G) * matrix);
+  for (int i = 0; i < distinct; ++i) {
+    const std::vector<uint16_t> w = random_bf16(matrix, 4321u + i + K);
+    std::vector<uint16_t> wi(matrix);
+    for (int r = 0; r < inter; ++r) {
+      std::copy_n(w.begin() + static_cast<std::ptrdiff_t>(r * row), row,
+                  wi.begin() + static_cast<std::ptrdiff_t>(interleaved_gate_up_column(r, false) * row));
+      std::copy_n(w.begin() + static_cast<std::ptrdiff_t>((inter + r) * row), row,
+                  wi.begin() + static_cast<std::ptrdiff_t>(interleaved_gate_up_column(r, true) * row));
+    }
+    for (int g = i; g < G; g += distinct) {
+      CUDA_CHECK(cudaMemcpy(plain.get() + g * matrix, w.data(), matrix * 2, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(mixed.get() + g * matrix, wi.data(), matrix * 2, cudaMemcpyHostToDevice));
+    }
+  }
+  const size_t h_count = static_cast<size_t>(max_rows) * inter;
+  const std::vector<uint16_t> fresh(h_count, canary<uint16_t>());
+  DeviceArray<float> gu(static_cast<size_t>(max_rows) * N);
+  DeviceArray<uint16_t> expect_h(h_count), h(h_count);
+  expect_h.upload(fresh);
+  grouped_gemm_stacked(as_bf16(dx), d_offsets.get(), G, max_rows, K, as_bf16(plain), N, gu.get(), nullptr);
+  swiglu(gu.get(), rows, inter, limit, nullptr, as_bf16(expect_h), nullptr);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> expect = expect_h.download();
+  const auto check = [&](const std::string& name) {
+    const std::vector<uint16_t> got = h.download();
+    int mismatches = 0;
+    for (int r = 0; r < rows; ++r)
+      mismatches += std::memcmp(&got[static_cast<size_t>(r) * inter], &expect[static_cast<size_t>(r) * inter],
+                                static_cast<size_t>(inter) * 2) != 0;
+    EXPECT_EQ(mismatches, 0) << what << " " << name << ": rows differing from the two-step form";
+    EXPECT_EQ(std::memcmp(&got[static_cast<size_t>(rows) * inter], &fresh[0],
+                          static_cast<size_t>(max_rows - rows) * inter * 2),
+              0)
+        << what << " " << name << ": wrote rows past row_offsets[G]";
+  };
+  // The two-step form on the interleaved weights.
+  h.upload(fresh);
+  grouped_gemm_stacked(as_bf16(dx), d_offsets.get(), G, max_rows, K, as_bf16(mixed), N, gu.get(), nullptr);
+  swiglu(gu.get(), rows, inter, limit, nullptr, as_bf16(h), nullptr, true);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  check("interleaved two-step");
+  // The fused form: the automatic choice and every forced configuration.
+  const bool tma_operands = K % 64 == 0;
+  for (int config = kAuto; config < gemm_testing::config_count(); ++config) {
+    if (config != kAuto && !gemm_testing::config_runs_as_is(config, N, K)) continue;
+    const std::string name = config == kAuto ? "auto" : gemm_testing::config_name(config);
+    const bool wgmma_tile = config == kAuto || name.rfind("wgmma", 0) == 0;
+    h.upload(fresh);
+    const bool ran = config == kAuto
+                         ? grouped_gemm_stacked_swiglu(as_bf16(dx), d_offsets.get(), G, max_rows, K, as_bf16(mixed),
+                                                       N, limit, as_bf16(h), nullptr)
+                         : gemm_testing::grouped_gemm_stacked_swiglu_with_config(config, as_bf16(dx), d_offsets.get(),
+                                                                                 G, max_rows, K, as_bf16(mixed), N,
+                                                                                 limit, as_bf16(h), nullptr);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (!tma_operands || !wgmma_tile) {
+      EXPECT_FALSE(ran) << what << " " << name << ": fused without a TMA + wgmma tile";
+      EXPECT_EQ(h.download(), fresh) << what << " " << name << ": wrote although it returned false";
+      continue;
+    }
+    EXPECT_TRUE(ran) << what << " " << name << ": the TMA + wgmma tile did not take the SwiGLU epilogue";
+    if (ran) check("fused " + name);
+  }
+}
+
+TEST(GemmCudaGrouped, SwigluEpilogueMatchesTwoStepsBitwise) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  // V4-Flash experts at batch 1: 6 of 32 experts with one row each.
+  std::vector<int> decode(32, 0);
+  for (int g : {1, 4, 9, 17, 22, 31}) decode[g] = 1;
+  check_grouped_swiglu(decode, 2048, 4096, 10.0f);
+  // A few dozen rows an expert (batch 8-64), uneven and partly empty.
+  check_grouped_swiglu({5, 0, 37, 1, 0, 130, 16, 0}, 2048, 4096, 10.0f);
+  // Prefill-sized groups, not multiples of 128 rows, over two K slices (auto: the 128 x 192 fold).
+  check_grouped_swiglu({700, 0, 1290, 333, 900, 129, 1000, 64}, 1024, 2048, 3.0f);
+  // A small inter (13 blocks of 8: the last 128-wide column tile is partly past N), and a K the TMA
+  // tiles cannot load.
+  check_grouped_swiglu({3, 200, 0, 77}, 104, 512, 1.0f);
+  check_grouped_swiglu({3, 200, 0, 77}, 104, 520, 1.0f);
 }
 
 // gemm_split: each output is bitwise the matching columns of gemm() over the whole concatenated

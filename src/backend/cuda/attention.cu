@@ -59,6 +59,7 @@
 #include <cstring>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/kv_fp8.h"
 #include "backend/cuda/kv_fp8_device.cuh"
@@ -66,6 +67,8 @@
 
 namespace deepinfer::backend::cuda {
 namespace {
+
+using namespace attention_common;  // split plan, kernel parameters, cp.async wrappers
 
 // Argument checks on the host entry points: a violated precondition is a programming error.
 #define ATTN_REQUIRE(cond)                                                                              \
@@ -77,11 +80,6 @@ namespace {
     }                                                                                                   \
   } while (0)
 
-constexpr float kLog2e = 1.4426950408889634f;
-
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
-__host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
-__host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
 constexpr size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 int multiprocessor_count() {
@@ -91,6 +89,15 @@ int multiprocessor_count() {
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
 }
+// Compute capability 9.0 (the wgmma kernel's; this library is built for sm_90a).
+bool device_is_sm90() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
 
 // Calls fn.template operator()<V>() for the V in {kFirst, kFirst + kStep, ..., kLast} equal to v.
 template <int kFirst, int kStep, int kLast, class Fn>
@@ -99,30 +106,7 @@ void dispatch_size(int v, Fn&& fn) {
   if constexpr (kFirst + kStep <= kLast) dispatch_size<kFirst + kStep, kStep, kLast>(v, fn);
 }
 
-// ---- PTX wrappers -------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy that bypasses L1 (rows are streamed, reuse is through L2).
-__device__ __forceinline__ void cp_async_16(void* shared_dst, const void* global_src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(shared_dst)),
-               "l"(__cvta_generic_to_global(global_src))
-               : "memory");
-}
-// 8-byte global -> shared copy (FP8 rows are only 8-byte aligned; .cg takes 16-byte copies only).
-__device__ __forceinline__ void cp_async_8(void* shared_dst, const void* global_src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(shared_address(shared_dst)),
-               "l"(__cvta_generic_to_global(global_src))
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-__device__ __forceinline__ void store_zero_16(void* shared_dst) {
-  *reinterpret_cast<uint4*>(shared_dst) = make_uint4(0u, 0u, 0u, 0u);
-}
+// ---- PTX wrappers (the cp.async ones: attention_common.cuh) ----------------------------------------
 
 // ldmatrix: each lane passes the address of one 8-element (16-byte) row of an 8x8 b16 matrix;
 // lanes 0-7 address matrix 0, 8-15 matrix 1, 16-23 matrix 2, 24-31 matrix 3 (x2: lanes 0-15).
@@ -162,62 +146,8 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
 }
 
 // =================================================================================================
-// sink_attention
+// sink_attention (tiles, splits and parameters: attention_common.cuh)
 // =================================================================================================
-
-constexpr int kAttnThreads = 256;
-constexpr int kAttnWarps = kAttnThreads / 32;
-constexpr int kTileRows = 64;             // rows per shared-memory tile (the unit of the online softmax)
-// ~640 rows per split: every CSA token of V4 (window 128 + top-k 512 compressed rows at most) and
-// every HCA token up to ~65k context (128 + n/128 rows) is one split, so it writes no fp32
-// partials and needs no combine kernel. At prefill the partials of the 2-split CSA tokens (64 x
-// 512 fp32 per split) and the combine were ~1 ms of a 4k prompt; at batch 1 a 10-tile split is
-// the same work as 2 of 5 plus the combine, in fewer launches.
-constexpr int kTargetTilesPerSplit = 10;
-constexpr int kMaxSplits = 16;            // long HCA contexts: splits grow up to this, then get longer
-constexpr int kPartialSlots = 512;        // (token, split) partials per launch; bounds the workspace
-
-struct SplitPlan {
-  int splits;
-  int tiles_per_split;
-};
-
-// Upper bound on split_plan(rows).splits, monotone in rows: the host sizes the grid and the
-// workspace with split_bound(max_rows).
-__host__ __device__ constexpr int split_bound(int rows) {
-  return imax(1, imin(ceil_div(ceil_div(rows, kTileRows), kTargetTilesPerSplit), kMaxSplits));
-}
-
-// How a token's rows are cut: a function of its own row count only (batch invariance). Splits are
-// whole tiles, balanced to within one tile; rows == 0 gives one split with no tiles.
-__host__ __device__ constexpr SplitPlan split_plan(int rows) {
-  const int tiles = ceil_div(rows, kTileRows);
-  const int per_split = imax(1, ceil_div(tiles, split_bound(rows)));
-  return {imax(1, ceil_div(tiles, per_split)), per_split};
-}
-static_assert(split_plan(0).splits == 1 && split_plan(640).splits == 1 && split_plan(641).splits == 2 &&
-              split_plan(1280).splits == 2 && split_plan(1281).splits == 3);
-
-struct SinkAttentionParams {
-  const bf16* q;                // [tokens, H, d], first token of this launch
-  const void* const* rows;      // all row pointers (row_begin values index this): bf16 or FP8 rows
-  const int* row_begin;         // [tokens + 1], first token of this launch
-  const float* sinks;           // [H]
-  float* out;                   // [tokens, H, d]
-  float* partial_o;             // [tokens * max_splits, H, d]  unnormalised O of each split
-  float* partial_ml;            // [tokens * max_splits, H, 2]  (running max m, sum l) in log2 units
-  int H;
-  int max_splits;
-  int head_blocks;
-  float score_scale;            // scale * log2(e): scores are kept in log2 units, softmax uses exp2
-  // FP8 rows (kFp8 instances; model/kv_format.h layout): e4m3 codes at [0, nope), one scale byte per
-  // 64 codes at nope, bf16 RoPE values at tail_offset; row_chunks 8-byte pieces per row; staged
-  // rows raw_pitch bytes apart in shared memory.
-  int nope;
-  int tail_offset;
-  int row_chunks;
-  int raw_pitch;
-};
 
 // Shared-memory layout and warp roles of one (d, heads-per-CTA) instance.
 template <int D, int kMTiles, bool kSplitP = false>
@@ -252,21 +182,6 @@ struct AttnLayout {
 // kFp8: rows are FP8 KV rows. Their raw bytes are staged (cp.async) in the second row buffer,
 // then decoded to bf16 into the first: one bf16 tile buffer, the same tile contents and the same
 // compute as for bf16 rows holding the decoded values.
-// 16 consecutive bf16 values (32-byte aligned) as floats, in order.
-__device__ __forceinline__ void load_bf16x16(const bf16* src, float (&out)[16]) {
-  const uint4* v = reinterpret_cast<const uint4*>(src);
-  const uint4 a = v[0], b = v[1];
-  const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int w = 0; w < 8; ++w) {
-    __nv_bfloat162 pair;
-    static_assert(sizeof(pair) == sizeof(uint32_t));
-    memcpy(&pair, &words[w], sizeof(pair));
-    out[2 * w] = __low2float(pair);
-    out[2 * w + 1] = __high2float(pair);
-  }
-}
-
 template <int D, int kMTiles, bool kFp8, bool kSplitP>
 __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const SinkAttentionParams p) {
   pdl_prologue();
@@ -1194,6 +1109,8 @@ void sink_attention_any(const bf16* q, int T, int H, int d, int rope_dims, const
       m_tiles = 2;
   }
   const int head_blocks = ceil_div(H, 16 * m_tiles);
+  // 64-head CTAs over bf16 rows of d = 512 run on wgmma (attention_wgmma.cu; the same bits).
+  const bool wgmma = m_tiles == 4 && !fp8 && d == 512 && H % 64 == 0 && device_is_sm90();
 
   SinkAttentionParams p{};
   p.rows = rows;
@@ -1223,16 +1140,19 @@ void sink_attention_any(const bf16* q, int T, int H, int d, int rope_dims, const
     p.out = out + static_cast<size_t>(t0) * H * d;
     const int grid = tokens * max_splits * head_blocks;
     const bool split_p = probs == AttnProbabilities::kBf16HiLo;
-    dispatch_size<64, 64, 512>(d, [&]<int D>() {
-      if (fp8 && split_p)
-        launch_sink_attention_dim<D, true, true>(m_tiles, p, grid, stream);
-      else if (fp8)
-        launch_sink_attention_dim<D, true, false>(m_tiles, p, grid, stream);
-      else if (split_p)
-        launch_sink_attention_dim<D, false, true>(m_tiles, p, grid, stream);
-      else
-        launch_sink_attention_dim<D, false, false>(m_tiles, p, grid, stream);
-    });
+    if (wgmma)
+      launch_sink_attention_wgmma(p, grid, split_p, stream);
+    else
+      dispatch_size<64, 64, 512>(d, [&]<int D>() {
+        if (fp8 && split_p)
+          launch_sink_attention_dim<D, true, true>(m_tiles, p, grid, stream);
+        else if (fp8)
+          launch_sink_attention_dim<D, true, false>(m_tiles, p, grid, stream);
+        else if (split_p)
+          launch_sink_attention_dim<D, false, true>(m_tiles, p, grid, stream);
+        else
+          launch_sink_attention_dim<D, false, false>(m_tiles, p, grid, stream);
+      });
     if (max_splits > 1) sink_attention_combine_kernel<<<dim3(tokens, H), 128, 0, stream>>>(p, d);
   }
 }

@@ -107,6 +107,10 @@ struct DevLayer {
   // Per expert: [2 * inter, hidden] (w1 rows then w3 rows) and [hidden, inter], each kind stored back
   // to back from w13[0].w / w2[0].w (grouped_gemm_stacked: one TMA descriptor covers every expert).
   std::vector<DevMatrix> w13, w2;
+  // w13's w1 and w3 rows interleaved in blocks of kGateUpBlock (swiglu.cuh; where inter is a multiple
+  // of it): the routed experts' SwiGLU then runs in the w13 GEMM's epilogue
+  // (grouped_gemm_stacked_swiglu), or reads the interleaved columns (swiglu(..., true)).
+  bool w13_interleaved = false;
   DevMatrix shared_w13, shared_w2;
   // The projections of the attention block's normed rows stored back to back from attn_in: wq_a,
   // wkv, then (if present) compressor.wkv_gate, index_compressor.wkv_gate, index_weights_proj; and

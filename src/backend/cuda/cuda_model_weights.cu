@@ -18,6 +18,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kv_fp8.h"
 #include "backend/cuda/release_kernels.h"
+#include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/v4_kernels.h"
 
 namespace deepinfer::backend::cuda {
@@ -128,6 +129,7 @@ Status CudaModel::Impl::allocate() {
       DI_RETURN_IF_ERROR(A.alloc(&L.gate_bias, static_cast<size_t>(c.n_routed_experts)));
     const int E = c.n_routed_experts;
     DI_RETURN_IF_ERROR(stacked(L.w13, E, 2 * inter, D));
+    L.w13_interleaved = inter % kGateUpBlock == 0;
     DI_RETURN_IF_ERROR(stacked(L.w2, E, D, inter));
     DI_RETURN_IF_ERROR(A.alloc(&at, static_cast<size_t>(2 * inter_s + c.n_routed_experts) * D));
     L.ffn_in = at;
@@ -173,6 +175,22 @@ Status put_stacked(const DevMatrix& d, const model::Matrix& a, const model::Matr
     return Status::internal("stacked weight shapes do not match the device buffer");
   DI_RETURN_IF_ERROR(put_bf16(d.w, a.data.data(), a.data.size()));
   return put_bf16(d.w, b.data.data(), b.data.size(), a.data.size());
+}
+// put_stacked with a's and b's rows interleaved in blocks of kGateUpBlock (swiglu.cuh; a.rows ==
+// b.rows, a multiple of the block): a's rows [8 i, 8 i + 8), then b's, for each i.
+Status put_gate_up_interleaved(const DevMatrix& d, const model::Matrix& a, const model::Matrix& b) {
+  if (a.cols != d.cols || b.cols != d.cols || a.rows != b.rows || a.rows + b.rows != d.rows ||
+      a.rows % kGateUpBlock != 0)
+    return Status::internal("gate/up weight shapes do not match the device buffer or the interleave block");
+  const size_t block = static_cast<size_t>(kGateUpBlock) * a.cols;
+  std::vector<float> rows(a.data.size() + b.data.size());
+  for (size_t i = 0, at = 0; i < a.data.size(); i += block) {
+    std::copy_n(a.data.begin() + static_cast<std::ptrdiff_t>(i), block, rows.begin() + static_cast<std::ptrdiff_t>(at));
+    at += block;
+    std::copy_n(b.data.begin() + static_cast<std::ptrdiff_t>(i), block, rows.begin() + static_cast<std::ptrdiff_t>(at));
+    at += block;
+  }
+  return put_bf16(d.w, rows.data(), rows.size());
 }
 Status put_hyper(const DevHyperConn& d, const model::Matrix& fn, const std::vector<float>& base,
                  const std::vector<float>& scale) {
@@ -310,7 +328,8 @@ Status CudaModel::Impl::upload(const model::ModelWeights& w) {
       DI_CUDA_RETURN(cudaMemcpy(L.tid2eid, W.tid2eid.data(), W.tid2eid.size() * 4, cudaMemcpyHostToDevice));
     if (L.gate_bias) DI_RETURN_IF_ERROR(put_f32(L.gate_bias, W.gate_bias));
     for (size_t e = 0; e < L.w13.size(); ++e) {
-      DI_RETURN_IF_ERROR(put_stacked(L.w13[e], W.experts[e].w1, W.experts[e].w3));
+      DI_RETURN_IF_ERROR(L.w13_interleaved ? put_gate_up_interleaved(L.w13[e], W.experts[e].w1, W.experts[e].w3)
+                                           : put_stacked(L.w13[e], W.experts[e].w1, W.experts[e].w3));
       DI_RETURN_IF_ERROR(put_matrix(L.w2[e], W.experts[e].w2));
     }
     DI_RETURN_IF_ERROR(put_stacked(L.shared_w13, W.shared.w1, W.shared.w3));

@@ -566,7 +566,9 @@ void run_wgmma(int config, const GemmParams& p, const SlicePlan& plan, int x_row
   pr.row_offsets = p.row_offsets;
   pr.num_groups = p.num_groups;
   pr.out = p.out;
-  pr.y_bf16 = std::is_same_v<OutT, bf16>;
+  pr.output = kSwigluOut<OutT>              ? wgmma_path::Output::kSwigluBf16
+              : std::is_same_v<OutT, bf16> ? wgmma_path::Output::kBf16
+                                           : wgmma_path::Output::kF32;
   pr.slice_ktiles = plan.slice_chunks / 4;
   pr.num_slices = plan.num_slices;
   wgmma_path::run(pr,
@@ -689,6 +691,28 @@ void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G,
   dispatch<OutT, true>(config, p, plan, max_rows, stream);
 }
 
+// grouped_gemm_stacked_swiglu (gemm.h): false, launching nothing, where the tile the call would run
+// on is not a TMA + wgmma one (only those have the SwiGLU epilogue).
+bool grouped_swiglu_impl(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                         const bf16* stacked, int N, float limit, bf16* h, cudaStream_t stream) {
+  if (N % (2 * kGateUpBlock) != 0 || (reinterpret_cast<uintptr_t>(h) & 15u) != 0) return false;
+  const SlicePlan plan = plan_slices(N, K);
+  if (stacked == nullptr || !wgmma_path::usable(x, stacked, K)) return false;
+  if (G <= 0 || max_rows <= 0 || N <= 0) return true;  // nothing to compute
+  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, G, N, plan, true);
+  config = legal_config(config, plan, true);
+  if (grouped_slots(max_rows, G, config_rows(config)) > 65535 && config_rows(config) < 128) config = kWgmmaN128;
+  if (config < kWgmmaN128) return false;  // an mma.sync tile (the wgmma ids follow them in ConfigId)
+  GemmParams p = make_params(x, K, N, h, plan);
+  p.out.swiglu_limit = limit;
+  p.row_offsets = row_offsets;
+  p.num_groups = G;
+  p.w = stacked;
+  p.group_stride = static_cast<long long>(N) * K;
+  run_wgmma<SwigluPairs>(config, p, plan, max_rows, stream);
+  return true;
+}
+
 }  // namespace
 
 void gemm(const bf16* x, int M, int K, const bf16* W, int N, float* y, cudaStream_t stream) {
@@ -731,6 +755,10 @@ void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_
 void grouped_gemm_stacked_side_by_side(const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                                        const bf16* stacked, int N, bf16* y, cudaStream_t stream) {
   grouped_gemm_impl(-1, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream, G * N);
+}
+bool grouped_gemm_stacked_swiglu(const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                                 const bf16* stacked, int N, float limit, bf16* h, cudaStream_t stream) {
+  return grouped_swiglu_impl(-1, x, row_offsets, G, max_rows, K, stacked, N, limit, h, stream);
 }
 
 // Hooks for tests/cuda/gemm_test.cc and bench/cuda/gemm_bench.cc (declared there, not in gemm.h):
@@ -785,6 +813,11 @@ void grouped_gemm_stacked_side_by_side_with_config(int config, const bf16* x, co
                                                    int max_rows, int K, const bf16* stacked, int N, bf16* y,
                                                    cudaStream_t stream) {
   grouped_gemm_impl(config, x, row_offsets, G, max_rows, K, nullptr, stacked, N, y, stream, G * N);
+}
+bool grouped_gemm_stacked_swiglu_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows,
+                                             int K, const bf16* stacked, int N, float limit, bf16* h,
+                                             cudaStream_t stream) {
+  return grouped_swiglu_impl(config, x, row_offsets, G, max_rows, K, stacked, N, limit, h, stream);
 }
 }  // namespace gemm_testing
 

@@ -68,4 +68,17 @@ void grouped_gemm_stacked(const bf16* x, const int* row_offsets, int G, int max_
 void grouped_gemm_stacked_side_by_side(const bf16* x, const int* row_offsets, int G, int max_rows, int K,
                                        const bf16* stacked, int N, bf16* y, cudaStream_t stream);
 
+// The routed experts' w1|w3 GEMM with the SwiGLU in its epilogue: h [rows, N / 2] bf16 (row r of the
+// stacked input -> row r of h) is what grouped_gemm_stacked into fp32 y followed by swiglu() (ops.h,
+// same limit, no row weight) gives, bitwise, when each group's [N, K] weight in `stacked` has its
+// gate (w1) and up (w3) rows interleaved in blocks of 8 (swiglu.cuh: rows 16 b .. 16 b + 7 are w1
+// rows 8 b .., rows 16 b + 8 .. w3 rows 8 b ..; then y's columns are interleaved alike and
+// swiglu(..., gate_up_interleaved = true) reads them so). The fp32 y never exists: at prefill it is
+// 4x the bytes of h, written and read back once. Needs N % 16 == 0 and h 16-byte aligned.
+// Returns false, launching nothing, where the tile this call would run on has no SwiGLU epilogue
+// (no TMA path for these operands, or a tile without one): the caller then runs the two-step form
+// grouped_gemm_stacked + swiglu(gate_up_interleaved = true).
+bool grouped_gemm_stacked_swiglu(const bf16* x, const int* row_offsets, int G, int max_rows, int K,
+                                 const bf16* stacked, int N, float limit, bf16* h, cudaStream_t stream);
+
 }  // namespace deepinfer::backend::cuda

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/cuda/gemm_output.h"
+#include "backend/cuda/swiglu.cuh"
 
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 namespace deepinfer::backend::cuda::gemm_common {
 
@@ -166,28 +168,54 @@ __device__ bool locate_group_rows(const int* row_offsets, int num_groups, int bm
 }
 
 // ---------------------------------------------------------------------------------------------
+// Output type tag of the SwiGLU epilogue (OutTarget::swiglu_limit): the kernels instantiated with
+// OutT = SwigluPairs write bf16 h [rows, N / 2], h[m, i] = swiglu_act(y[m, gate col], y[m, up col])
+// over the gate|up interleaved columns of swiglu.cuh, instead of y. Requires N % 16 == 0.
+struct SwigluPairs {};
+template <class OutT>
+inline constexpr bool kSwigluOut = std::is_same_v<OutT, SwigluPairs>;
+// Element type of the array a tile writes.
+template <class OutT>
+using StoredT = std::conditional_t<kSwigluOut<OutT>, bf16, OutT>;
+
+// h[i], h[i + 1] from the gate values (g0, g1) of columns 8 j + c, 8 j + c + 1 and the up values
+// (u0, u1) of columns 8 (j + 1) + c, ... (j even): one 4-byte store, p 4-byte aligned.
+__device__ __forceinline__ void store_swiglu_two(bf16* p, float g0, float g1, float u0, float u1, float limit) {
+  store_two(p, swiglu_act(g0, u0, limit), swiglu_act(g1, u1, limit));
+}
+
+// ---------------------------------------------------------------------------------------------
 // One tile's output (resolved once per tile from an OutTarget, gemm_output.h): element (m, n) at
 // y[(m - row0) * ld + n - col0]. A plain target gives (y, N, 0, 0); gemm_split's the run holding the
 // tile; a side-by-side grouped target (y + g N, group_ld, 0, row_offsets[g]) for the tile's group g
-// (`group`, `group_row0`: 0 for dense calls).
+// (`group`, `group_row0`: 0 for dense calls). SwiGLU (SwigluPairs): (h, N / 2, 0, 0), and `at` takes
+// an h column (h_column below), not a GEMM column.
 template <class OutT>
 struct TileOut {
-  OutT* y;
+  StoredT<OutT>* y;
   int ld, col0, row0;
-  __device__ __forceinline__ OutT* at(int m, int n) const {
+  float limit;  // SwigluPairs only
+  __device__ __forceinline__ StoredT<OutT>* at(int m, int n) const {
     return y + static_cast<size_t>(m - row0) * ld + (n - col0);
   }
 };
+// The h column of the gate column n (n % 16 < 8) of the interleaved layout.
+__device__ __forceinline__ int h_column(int n) { return (n / (2 * kGateUpBlock)) * kGateUpBlock + n % kGateUpBlock; }
 template <class OutT>
 __device__ __forceinline__ TileOut<OutT> tile_output(const OutTarget& t, int N, int n_begin, int group = 0,
                                                      int group_row0 = 0) {
-  if (t.group_ld > 0) return {static_cast<OutT*>(t.y) + static_cast<size_t>(group) * N, t.group_ld, 0, group_row0};
-  TileOut<OutT> o{static_cast<OutT*>(t.y), N, 0, 0};
+  if constexpr (kSwigluOut<OutT>) {
+    return {static_cast<bf16*>(t.y), N / 2, 0, 0, t.swiglu_limit};
+  } else {
+    if (t.group_ld > 0)
+      return {static_cast<OutT*>(t.y) + static_cast<size_t>(group) * N, t.group_ld, 0, group_row0, 0.0f};
+    TileOut<OutT> o{static_cast<OutT*>(t.y), N, 0, 0, 0.0f};
 #pragma unroll
-  for (int j = 0; j < kMaxOutputRuns; ++j)
-    if (j < t.runs && n_begin >= t.run_begin[j])
-      o = {static_cast<OutT*>(t.run_y[j]), t.run_width[j], t.run_begin[j], 0};
-  return o;
+    for (int j = 0; j < kMaxOutputRuns; ++j)
+      if (j < t.runs && n_begin >= t.run_begin[j])
+        o = {static_cast<OutT*>(t.run_y[j]), t.run_width[j], t.run_begin[j], 0, 0.0f};
+    return o;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -205,13 +233,7 @@ __device__ void sum_cluster_partials(cooperative_groups::cluster_group& cluster,
   const int tid = static_cast<int>(threadIdx.x);
   const int rows_per_rank = (BM + num_slices - 1) / num_slices;
   const int r0 = rank * rows_per_rank, r1 = min(BM, r0 + rows_per_rank);
-  constexpr int kVec4PerRow = BN / 4;
-  const bool vector_store = (N & 3) == 0;
-  for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
-    const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
-    const int m = row_begin + r, n = n_begin + c;
-    if (m >= row_end || n >= N) continue;  // padding rows / columns: nothing to store
-    const int offset = r * kStride + c;
+  const auto sum_ranks = [&](int offset) {
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int q = 0; q < num_slices; ++q) {
       const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + offset);
@@ -220,7 +242,33 @@ __device__ void sum_cluster_partials(cooperative_groups::cluster_group& cluster,
       sum.z = __fadd_rn(sum.z, v.z);
       sum.w = __fadd_rn(sum.w, v.w);
     }
-    OutT* out = out_tile.at(m, n);
+    return sum;
+  };
+  if constexpr (kSwigluOut<OutT>) {
+    // Four gate columns c .. c + 3 (c % 16 in {0, 4}) with their up columns c + 8 .. c + 11, summed
+    // over the ranks alike, give four consecutive h values (N % 16 == 0: the up columns exist too).
+    static_assert(BN % (2 * kGateUpBlock) == 0, "whole gate|up blocks per tile");
+    constexpr int kGateVec4PerRow = BN / 8;
+    for (int i = tid; i < (r1 - r0) * kGateVec4PerRow; i += kThreads) {
+      const int r = r0 + i / kGateVec4PerRow, q = i % kGateVec4PerRow;
+      const int c = (q / 2) * 2 * kGateUpBlock + (q % 2) * 4;
+      const int m = row_begin + r, n = n_begin + c;
+      if (m >= row_end || n >= N) continue;
+      const float4 g = sum_ranks(r * kStride + c), u = sum_ranks(r * kStride + c + kGateUpBlock);
+      const float4 h = make_float4(swiglu_act(g.x, u.x, out_tile.limit), swiglu_act(g.y, u.y, out_tile.limit),
+                                   swiglu_act(g.z, u.z, out_tile.limit), swiglu_act(g.w, u.w, out_tile.limit));
+      store_four(out_tile.at(m, h_column(n)), h);
+    }
+    return;
+  }
+  constexpr int kVec4PerRow = BN / 4;
+  const bool vector_store = (N & 3) == 0;
+  for (int i = tid; i < (r1 - r0) * kVec4PerRow; i += kThreads) {
+    const int r = r0 + i / kVec4PerRow, c = (i % kVec4PerRow) * 4;
+    const int m = row_begin + r, n = n_begin + c;
+    if (m >= row_end || n >= N) continue;  // padding rows / columns: nothing to store
+    const float4 sum = sum_ranks(r * kStride + c);
+    auto* const out = out_tile.at(m, n);
     if (vector_store && n + 3 < N) {
       store_four(out, sum);
     } else {

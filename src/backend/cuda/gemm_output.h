@@ -24,6 +24,10 @@ struct OutTarget {
   int run_begin[kMaxOutputRuns] = {};
   int run_width[kMaxOutputRuns] = {};
   void* run_y[kMaxOutputRuns] = {};
+  // The SwiGLU epilogue (grouped_gemm_stacked_swiglu; kernels instantiated for the SwigluPairs output,
+  // gemm_common.cuh, with runs == 0 and group_ld == 0): y is bf16 h [rows, N / 2], the activation of
+  // the gate|up column pairs (swiglu.cuh) clamped at this limit.
+  float swiglu_limit = 0.0f;
 };
 
 }  // namespace deepinfer::backend::cuda

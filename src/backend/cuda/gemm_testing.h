@@ -29,5 +29,8 @@ void grouped_gemm_stacked_with_config(int config, const bf16* x, const int* row_
 void grouped_gemm_stacked_side_by_side_with_config(int config, const bf16* x, const int* row_offsets, int G,
                                                    int max_rows, int K, const bf16* stacked, int N, bf16* y,
                                                    cudaStream_t stream);
+bool grouped_gemm_stacked_swiglu_with_config(int config, const bf16* x, const int* row_offsets, int G, int max_rows,
+                                             int K, const bf16* stacked, int N, float limit, bf16* h,
+                                             cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda::gemm_testing

@@ -55,23 +55,32 @@ struct Config {
   static constexpr Mode kMode = kMode_;
   static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
   static constexpr int kAcc = BN / 2;  // fp32 accumulators a consumer thread holds (m64nBN fragment)
+  static constexpr int kMinBlocks = kSmemBudgetKB <= 113 ? 2 : 1;  // CTAs an SM must hold (registers)
   // The 128 x 192 fold holds 96 accumulators + 96 totals a consumer thread, more than the 168
   // registers a 384-thread CTA gets at launch: setmaxnreg moves 128 registers a thread from the
   // producer warpgroup (which needs few) to the consumers (168 -> 232; 2 x 128 x 64 = 128 x 128).
-  static constexpr bool kRegisterShift = kMode == Mode::kFold && BN > 128;
+  // The 64 x 128 fold at two CTAs an SM (128 registers a thread at launch) holds 64 accumulators +
+  // 64 totals a thread and spilled ~100 bytes a thread without the shift (ptxas -v); there the
+  // consumers get 216 (128 x 40 + 128 x 216 = 256 x 128).
+  static constexpr bool kRegisterShift = kMode == Mode::kFold && (BN > 128 || kMinBlocks == 2);
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 216;
   static constexpr int kATileBytes = BM * kTileK * 2, kBTileBytes = BN * kTileK * 2;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kStages = (kSmemBudgetKB * 1024) / kStageBytes;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kPartialStride = BN + 8;  // floats; +8 keeps the float2 stores conflict-free
-  static constexpr int kMinBlocks = kSmemBudgetKB <= 113 ? 2 : 1;  // CTAs an SM must hold (registers)
   static constexpr int kPartialBytes = kMode == Mode::kCluster ? BM * kPartialStride * 4 : 0;
   static constexpr int kBarrierOffset = kPipelineBytes > kPartialBytes ? kPipelineBytes : kPartialBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 16 * kStages + 1024;  // + slack for 1024 alignment
   static_assert(kStages >= 3 && kSmemBytes <= 232448, "shared memory per block");
   static_assert(BN == 128 || BN == 192 || BN == 256, "one m64nBNk16 instruction per k16 step");
   static_assert(kMode != Mode::kFold || BN <= 192, "96 accumulators + 96 totals per thread at most");
-  static_assert(!kRegisterShift || (kConsumers == 2 && kSmemBudgetKB > 113), "setmaxnreg split of 384 threads, 1 CTA/SM");
+  // setmaxnreg moves registers inside the CTA's launch allocation: 65536 / (threads x CTAs an SM)
+  // a thread, rounded down to 8.
+  static_assert(!kRegisterShift || kWarpgroup * (kProducerRegs + kConsumers * kConsumerRegs) <=
+                                       kThreads * (65536 / (kThreads * kMinBlocks) / 8 * 8),
+                "setmaxnreg split beyond the launch allocation");
 };
 
 using CfgM128N128Fold = Config<2, 128, Mode::kFold>;
@@ -237,7 +246,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   if (warpgroup == kConsumers) {
     // ===================== Producer: one thread issues both TMA loads of every k-tile.
-    if constexpr (Cfg::kRegisterShift) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if constexpr (Cfg::kRegisterShift)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs) : "memory");
     if (tid == kConsumers * kWarpgroup) {
       // k-tile t into its stage: the stage's barrier expects both tiles' bytes (x and weights).
       const auto stage_tile = [&](int t) { return smem_base + static_cast<uint32_t>(t % kStages * Cfg::kStageBytes); };
@@ -267,7 +277,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if constexpr (Cfg::kRegisterShift) return;
   } else {
     // ===================== Consumers.
-    if constexpr (Cfg::kRegisterShift) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    if constexpr (Cfg::kRegisterShift)
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs) : "memory");
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) acc[e] = 0.0f;
     [[maybe_unused]] float total[kFold ? kAcc : 1];
@@ -351,13 +362,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Direct epilogue from the fragments: one row pointer per h, the 8 j column steps as constant
   // offsets from it (per-(j, h) pointers would hold 2 x BN / 8 64-bit addresses next to the
   // accumulators).
+  if constexpr (kSwigluOut<OutT>) {
+    // Gate columns 8 j + frag_col (+1) and their up columns 8 (j + 1) + frag_col (+1), j even: two
+    // consecutive h values (N % 16 == 0 and n_begin % 16 == 0, so a block is whole or absent).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = row_begin + frag_row + 8 * h;
+      if (m >= row_end) continue;
+      bf16* const row = out_tile.at(m, h_column(n_begin) + frag_col);
+#pragma unroll
+      for (int j = 0; j < BN / 8; j += 2) {
+        if (n_begin + 8 * j >= N) break;
+        store_swiglu_two(row + 4 * j, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], acc[4 * (j + 1) + 2 * h],
+                         acc[4 * (j + 1) + 2 * h + 1], out_tile.limit);
+      }
+    }
+    return;
+  }
   const bool pair_store = (N & 1) == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int m = row_begin + frag_row + 8 * h;
     if (m >= row_end) continue;
     const int n0 = n_begin + frag_col;
-    OutT* const row = out_tile.at(m, n0);
+    auto* const row = out_tile.at(m, n0);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int n = n0 + 8 * j;
@@ -425,10 +453,14 @@ void launch(const Problem& pr, cudaStream_t stream) {
 template <class Cfg>
 void run_config(const Problem& pr, cudaStream_t stream) {
   const bool grouped = pr.num_groups > 0;
-  if (pr.y_bf16)
+  if (pr.output == Output::kSwigluBf16) {
+    if (!grouped || pr.N % 16 != 0) fail("wgmma gemm: the SwiGLU epilogue needs a grouped call with N % 16 == 0", pr.N);
+    launch<Cfg, SwigluPairs, true>(pr, stream);
+  } else if (pr.output == Output::kBf16) {
     grouped ? launch<Cfg, bf16, true>(pr, stream) : launch<Cfg, bf16, false>(pr, stream);
-  else
+  } else {
     grouped ? launch<Cfg, float, true>(pr, stream) : launch<Cfg, float, false>(pr, stream);
+  }
 }
 
 }  // namespace

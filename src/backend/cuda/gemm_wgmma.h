@@ -18,6 +18,10 @@ namespace deepinfer::backend::cuda::wgmma_path {
 
 using bf16 = __nv_bfloat16;
 
+// What the tile writes: y in fp32 or bf16, or (grouped, gate|up interleaved weights) bf16 h, the
+// SwiGLU of each gate|up column pair (OutTarget::swiglu_limit, gemm_common.cuh's SwigluPairs).
+enum class Output { kF32, kBf16, kSwigluBf16 };
+
 struct Problem {
   const bf16* x = nullptr;  // [x_rows, K]
   int x_rows = 0;           // dense: M; grouped: max_rows (rows past it read as zeros)
@@ -26,7 +30,7 @@ struct Problem {
   const int* row_offsets = nullptr;  // grouped only: [G + 1] device offsets
   int num_groups = 0;                // 0: dense
   OutTarget out;                     // y [rows, N], or gemm_split's column runs
-  bool y_bf16 = false;
+  Output output = Output::kF32;
   int slice_ktiles = 0;  // 64-wide k-tiles per slice (gemm.cu's slice_chunks / 4)
   int num_slices = 1;
 };

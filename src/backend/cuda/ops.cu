@@ -27,6 +27,7 @@
 #include "backend/cuda/ops_common.cuh"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/swiglu.cuh"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -795,21 +796,27 @@ void with_hc(int hc, F&& f) {
 // ---------------------------------------------------------------------------------------------
 // SwiGLU
 
+// interleaved: gu's columns in kGateUpBlock blocks of gate then up (swiglu.cuh); a chunk of 4 h
+// values (4 | kGateUpBlock) then reads 4 consecutive gate and 4 consecutive up columns.
 __global__ void __launch_bounds__(kEltThreads)
     swiglu_kernel(const float* __restrict__ gu, int inter, float limit, const float* __restrict__ row_weight,
-                  bf16* __restrict__ out, bool vec) {
+                  bf16* __restrict__ out, bool vec, bool interleaved) {
   pdl_prologue();
   const int m = static_cast<int>(blockIdx.x);
   const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (c >= ceil_div(inter, 4)) return;
   const float* row = gu + static_cast<size_t>(m) * 2 * inter;
-  const float4 g4 = load4(row, c, inter, vec), u4 = load4(row + inter, c, inter, vec);
+  float4 g4, u4;
+  if (interleaved) {  // vec holds: inter % kGateUpBlock == 0 is checked on the host
+    g4 = *reinterpret_cast<const float4*>(row + interleaved_gate_up_column(4 * c, false));
+    u4 = *reinterpret_cast<const float4*>(row + interleaved_gate_up_column(4 * c, true));
+  } else {
+    g4 = load4(row, c, inter, vec);
+    u4 = load4(row + inter, c, inter, vec);
+  }
   const float rw = row_weight != nullptr ? row_weight[m] : 1.0f;
-  // std::min(g, limit) and std::clamp(u, -limit, limit), spelled as the standard defines them.
   auto act = [&](float g, float u) {
-    const float gate = limit < g ? limit : g;
-    const float up = u < -limit ? -limit : (limit < u ? limit : u);
-    const float v = gate / (1.0f + expf(-gate)) * up;
+    const float v = swiglu_act(g, u, limit);
     return row_weight != nullptr ? v * rw : v;
   };
   const float4 y = make_float4(act(g4.x, u4.x), act(g4.y, u4.y), act(g4.z, u4.z), act(g4.w, u4.w));
@@ -1376,11 +1383,14 @@ void hc_head(const float* X, const int* rows, int R, int hc, int D, const float*
   });
 }
 
-void swiglu(const float* gu, int M, int inter, float limit, const float* row_weight, bf16* out, cudaStream_t stream) {
+void swiglu(const float* gu, int M, int inter, float limit, const float* row_weight, bf16* out, cudaStream_t stream,
+            bool gate_up_interleaved) {
   if (M <= 0 || inter <= 0) return;
   const bool vec = inter % 4 == 0 && aligned(gu, 16) && aligned(out, 8);
-  swiglu_kernel<<<row_grid(M, ceil_div(inter, 4), kEltThreads), kEltThreads, 0, stream>>>(gu, inter, limit, row_weight,
-                                                                                          out, vec);
+  DI_CHECK(!gate_up_interleaved || (vec && inter % kGateUpBlock == 0),
+           "interleaved gate|up rows need inter %% %d == 0 (inter = %d) and aligned rows", kGateUpBlock, inter);
+  swiglu_kernel<<<row_grid(M, ceil_div(inter, 4), kEltThreads), kEltThreads, 0, stream>>>(
+      gu, inter, limit, row_weight, out, vec, gate_up_interleaved);
 }
 
 bool moe_route(const float* logits, int T, int E, int K, Scoring scoring, const float* bias, const int32_t* tid2eid,

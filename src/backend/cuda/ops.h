@@ -68,7 +68,11 @@ void hc_head(const float* X, const int* rows, int R, int hc, int D, const float*
 // SwiGLU with clamp on a fused gate|up projection gu [M, 2 * inter] (columns [0, inter) = W1 x,
 // [inter, 2 inter) = W3 x): out[m, i] = bf16(silu(min(g, limit)) * clamp(u, -limit, limit)
 // (* row_weight[m] when non-null)). CpuBackend::swiglu_expert's middle step.
-void swiglu(const float* gu, int M, int inter, float limit, const float* row_weight, bf16* out, cudaStream_t stream);
+// gate_up_interleaved: gu's columns are instead in blocks of 8 gate then 8 up columns (the layout of
+// w1|w3 weights interleaved for grouped_gemm_stacked_swiglu, swiglu.cuh); needs inter % 8 == 0 and
+// 16-byte aligned gu. The same bits as the plain layout holding the same values.
+void swiglu(const float* gu, int M, int inter, float limit, const float* row_weight, bf16* out, cudaStream_t stream,
+            bool gate_up_interleaved = false);
 
 enum class Scoring { kSqrtSoftplus, kSigmoid, kSoftmax };
 
