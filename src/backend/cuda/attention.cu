@@ -207,38 +207,13 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int head_block = static_cast<int>(blockIdx.x) % p.head_blocks;
-  const int split = static_cast<int>(blockIdx.x) / p.head_blocks % p.max_splits;
-  const int token = static_cast<int>(blockIdx.x) / p.head_blocks / p.max_splits;
-  const int row0 = p.row_begin[token];
-  const int n = p.row_begin[token + 1] - row0;
-  const SplitPlan plan = split_plan(n);
-  const int head0 = head_block * kHeads;
-  const int valid_heads = imin(kHeads, p.H - head0);
-
-  if (plan.splits > p.max_splits) {
-    // More rows than the caller's max_rows: the splits have no CTAs or workspace. Make it loud.
-    if (split == 0)
-      for (int i = tid; i < valid_heads * D; i += kAttnThreads)
-        p.out[(static_cast<size_t>(token) * p.H + head0 + i / D) * D + i % D] = __int_as_float(0x7fc00000);
-    return;
-  }
-  if (split >= plan.splits) return;
-
-  const int chunk_begin = split * plan.tiles_per_split * kTileRows;
-  const int chunk_rows = imin(n - chunk_begin, plan.tiles_per_split * kTileRows);
-  const int num_tiles = ceil_div(chunk_rows, kTileRows);
-  const void* const* chunk_ptrs = p.rows + row0 + chunk_begin;
-
-  // Prologue: statistics, pointers of tiles 0 and 1, q (zero rows past the last head).
-  if (tid < kHeads) {
-    m_run[tid] = -INFINITY;
-    l_run[tid] = 0.0f;
-  }
-  if (tid < kTileRows) {
-    ptr_s[tid] = tid < chunk_rows ? chunk_ptrs[tid] : nullptr;
-    ptr_s[kTileRows + tid] = kTileRows + tid < chunk_rows ? chunk_ptrs[kTileRows + tid] : nullptr;
-  }
+  // Prologue: this CTA's token, heads and rows, statistics, pointers of tiles 0 and 1 (sink_cta_begin),
+  // q (zero rows past the last head).
+  SinkCta cta;
+  if (!sink_cta_begin<kHeads, D>(p, cta, m_run, l_run, ptr_s)) return;
+  const int token = cta.token, head0 = cta.head0, valid_heads = cta.valid_heads;
+  const int chunk_rows = cta.chunk_rows, num_tiles = cta.num_tiles;
+  const void* const* chunk_ptrs = cta.chunk_ptrs;
   for (int c = tid; c < kHeads * kChunksPerRow; c += kAttnThreads) {
     const int h = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     bf16* dst = q_s + h * kPitch + col;
@@ -472,27 +447,11 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
   }
   cp_async_wait_all();  // a token without rows never waited for its q copy
 
-  // ---- Epilogue. One split: out = O * 2^(m - top) / (l * 2^(m - top) + 2^(sink - top)),
-  //      top = max(m, sink) (the header's mx). Several: store (m, l, O) for the combine kernel.
-  const bool single = plan.splits == 1;
-  const size_t slot = static_cast<size_t>(token) * p.max_splits + split;
-  if (tid < valid_heads) {
-    const int h = tid;
-    if (single) {
-      const float sink = __fmul_rn(p.sinks[head0 + h], kLog2e);
-      const float m = m_run[h];
-      const float top = fmaxf(m, sink);
-      const float rows_weight = exp2f(m - top);  // 0 when the token has no rows (m = -inf)
-      const float denominator = __fmaf_rn(l_run[h], rows_weight, exp2f(sink - top));
-      final_scale[h] = rows_weight / denominator;
-    } else {
-      float* ml = p.partial_ml + (slot * p.H + head0 + h) * 2;
-      ml[0] = m_run[h];
-      ml[1] = l_run[h];
-    }
-  }
+  // ---- Epilogue: the final scale (one split) or this split's (m, l) for the combine kernel, then O.
+  sink_cta_epilogue_stats(p, cta, m_run, l_run, final_scale);
   __syncthreads();
-  float* dst_base = single ? p.out + static_cast<size_t>(token) * p.H * D : p.partial_o + slot * p.H * D;
+  const bool single = cta.single();
+  float* dst_base = cta.out_base(p, D);
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -103,6 +105,83 @@ struct SinkAttentionParams {
   int row_chunks;
   int raw_pitch;
 };
+
+// One sink_attention CTA's share (grid: token x split of its rows x head block) and the steps every
+// kernel takes around its tiles: sink_cta_begin (which token, heads and rows; the running statistics
+// and the first two tiles' row pointers initialised) and sink_cta_epilogue_stats (the final scale
+// of a single split, or the split's (m, l) for the combine kernel).
+struct SinkCta {
+  int token, split, head0, valid_heads;
+  SplitPlan plan;
+  int chunk_rows, num_tiles;
+  const void* const* chunk_ptrs;
+  __device__ bool single() const { return plan.splits == 1; }
+  // Where O goes: the output row (single split) or this split's partial.
+  __device__ float* out_base(const SinkAttentionParams& p, int D) const {
+    const size_t slot = static_cast<size_t>(token) * p.max_splits + split;
+    return single() ? p.out + static_cast<size_t>(token) * p.H * D : p.partial_o + slot * p.H * D;
+  }
+};
+
+// False when the CTA has nothing to do: a split past the token's plan, or a token with more rows than
+// the launch's max_rows (its output is then filled with NaN: loud). Otherwise sets m_run / l_run
+// ([kHeads]) and ptr_s ([2][kTileRows]: tiles 0 and 1); the caller's barrier publishes them.
+template <int kHeads, int D>
+__device__ bool sink_cta_begin(const SinkAttentionParams& p, SinkCta& c, float* m_run, float* l_run,
+                               const void** ptr_s) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int head_block = static_cast<int>(blockIdx.x) % p.head_blocks;
+  c.split = static_cast<int>(blockIdx.x) / p.head_blocks % p.max_splits;
+  c.token = static_cast<int>(blockIdx.x) / p.head_blocks / p.max_splits;
+  const int row0 = p.row_begin[c.token];
+  const int n = p.row_begin[c.token + 1] - row0;
+  c.plan = split_plan(n);
+  c.head0 = head_block * kHeads;
+  c.valid_heads = imin(kHeads, p.H - c.head0);
+  if (c.plan.splits > p.max_splits) {
+    // More rows than the caller's max_rows: the splits have no CTAs or workspace. Make it loud.
+    if (c.split == 0)
+      for (int i = tid; i < c.valid_heads * D; i += kAttnThreads)
+        p.out[(static_cast<size_t>(c.token) * p.H + c.head0 + i / D) * D + i % D] = __int_as_float(0x7fc00000);
+    return false;
+  }
+  if (c.split >= c.plan.splits) return false;
+  const int chunk_begin = c.split * c.plan.tiles_per_split * kTileRows;
+  c.chunk_rows = imin(n - chunk_begin, c.plan.tiles_per_split * kTileRows);
+  c.num_tiles = ceil_div(c.chunk_rows, kTileRows);
+  c.chunk_ptrs = p.rows + row0 + chunk_begin;
+  if (tid < kHeads) {
+    m_run[tid] = -INFINITY;
+    l_run[tid] = 0.0f;
+  }
+  if (tid < kTileRows) {
+    ptr_s[tid] = tid < c.chunk_rows ? c.chunk_ptrs[tid] : nullptr;
+    ptr_s[kTileRows + tid] = kTileRows + tid < c.chunk_rows ? c.chunk_ptrs[kTileRows + tid] : nullptr;
+  }
+  return true;
+}
+
+// Threads 0..valid_heads-1, after the last tile: one split: final_scale[h] = 2^(m - top) / (l 2^(m - top)
+// + 2^(sink - top)), top = max(m, sink) (attention.h's mx); several: this split's (m, l) for the
+// combine kernel. The caller's barrier then publishes final_scale.
+__device__ __forceinline__ void sink_cta_epilogue_stats(const SinkAttentionParams& p, const SinkCta& c,
+                                                        const float* m_run, const float* l_run,
+                                                        float* final_scale) {
+  const int h = static_cast<int>(threadIdx.x);
+  if (h >= c.valid_heads) return;
+  if (c.single()) {
+    const float sink = __fmul_rn(p.sinks[c.head0 + h], kLog2e);
+    const float m = m_run[h];
+    const float top = fmaxf(m, sink);
+    const float rows_weight = exp2f(m - top);  // 0 when the token has no rows (m = -inf)
+    const float denominator = __fmaf_rn(l_run[h], rows_weight, exp2f(sink - top));
+    final_scale[h] = rows_weight / denominator;
+  } else {
+    float* ml = p.partial_ml + ((static_cast<size_t>(c.token) * p.max_splits + c.split) * p.H + c.head0 + h) * 2;
+    ml[0] = m_run[h];
+    ml[1] = l_run[h];
+  }
+}
 
 // 8 bf16 values (one 16-byte word, memory order) as floats, in order.
 __device__ __forceinline__ void bf16x8_to_float(const uint4 v, float* out) {

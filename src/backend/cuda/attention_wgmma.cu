@@ -116,21 +116,6 @@ __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a,
       : "l"(desc_a), "l"(desc_b), "n"(1));
 }
 
-// d[64 x 256] += A[64 x 16] B[16 x 256], A K-major, B MN-major (imm-trans-b = 1). d[4 j + 2 h + e]:
-// (row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e).
-__device__ __forceinline__ void wgmma_m64n256k16_b_mn(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{" DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_0 "," DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_64 "}, "
-      "%128, %129, p, 1, 1, 0, 1;\n"
-      "}\n"
-      : DEEPINFER_WGMMA_ACC64(d), DEEPINFER_WGMMA_ACC64(d + 64)
-      : "l"(desc_a), "l"(desc_b), "n"(1));
-}
-
 template <bool kSplitP>
 __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_wgmma_kernel(const SinkAttentionParams p) {
   pdl_prologue();
@@ -159,38 +144,13 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_wgmma_kernel(c
   const int wg = tid / kWarpgroupThreads;       // warpgroup: S rows 32 wg.., O columns 256 wg..
   const int wq = (tid / 32) % 4;                // warp inside the warpgroup
   const int head_lo = 16 * wq + lane / 4;       // this thread's fragment heads: head_lo, head_lo + 8
-  const int head_block = static_cast<int>(blockIdx.x) % p.head_blocks;
-  const int split = static_cast<int>(blockIdx.x) / p.head_blocks % p.max_splits;
-  const int token = static_cast<int>(blockIdx.x) / p.head_blocks / p.max_splits;
-  const int row0 = p.row_begin[token];
-  const int n = p.row_begin[token + 1] - row0;
-  const SplitPlan plan = split_plan(n);
-  const int head0 = head_block * kHeads;
-  const int valid_heads = imin(kHeads, p.H - head0);
-
-  if (plan.splits > p.max_splits) {
-    // More rows than the caller's max_rows: the splits have no CTAs or workspace. Make it loud.
-    if (split == 0)
-      for (int i = tid; i < valid_heads * kD; i += kAttnThreads)
-        p.out[(static_cast<size_t>(token) * p.H + head0 + i / kD) * kD + i % kD] = __int_as_float(0x7fc00000);
-    return;
-  }
-  if (split >= plan.splits) return;
-
-  const int chunk_begin = split * plan.tiles_per_split * kTileRows;
-  const int chunk_rows = imin(n - chunk_begin, plan.tiles_per_split * kTileRows);
-  const int num_tiles = ceil_div(chunk_rows, kTileRows);
-  const void* const* chunk_ptrs = p.rows + row0 + chunk_begin;
-
-  // Prologue: statistics, pointers of tiles 0 and 1, q (zero rows past the last head).
-  if (tid < kHeads) {
-    m_run[tid] = -INFINITY;
-    l_run[tid] = 0.0f;
-  }
-  if (tid < kTileRows) {
-    ptr_s[tid] = tid < chunk_rows ? chunk_ptrs[tid] : nullptr;
-    ptr_s[kTileRows + tid] = kTileRows + tid < chunk_rows ? chunk_ptrs[kTileRows + tid] : nullptr;
-  }
+  // Prologue: this CTA's token, heads and rows, statistics, pointers of tiles 0 and 1 (sink_cta_begin),
+  // q (zero rows past the last head).
+  SinkCta cta;
+  if (!sink_cta_begin<kHeads, kD>(p, cta, m_run, l_run, ptr_s)) return;
+  const int token = cta.token, head0 = cta.head0, valid_heads = cta.valid_heads;
+  const int chunk_rows = cta.chunk_rows, num_tiles = cta.num_tiles;
+  const void* const* chunk_ptrs = cta.chunk_ptrs;
   for (int c = tid; c < kHeads * kChunksPerRow; c += kAttnThreads) {
     const int h = c / kChunksPerRow, chunk = c % kChunksPerRow;
     unsigned char* dst = q_s + (chunk / 8) * kBlockBytes + swizzled(h, chunk % 8);
@@ -347,8 +307,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_wgmma_kernel(c
       const uint32_t p_src = base + static_cast<uint32_t>(pass == 0 ? L::kP : L::kPLo);
 #pragma unroll
       for (int ks = 0; ks < kTileRows / 16; ++ks)
-        wgmma_m64n256k16_b_mn(o, smem_descriptor(p_src) + 2 * ks,
-                              mn_major_descriptor(v_cols + static_cast<uint32_t>(ks * 16 * 128)));
+        tma_common::wgmma_m64n256k16<true>(o, smem_descriptor(p_src) + 2 * ks,
+                                           mn_major_descriptor(v_cols + static_cast<uint32_t>(ks * 16 * 128)));
     }
     wgmma_commit();
     wgmma_wait<0>();  // the tile buffer and P are read: they may be overwritten after (A)
@@ -357,27 +317,11 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_wgmma_kernel(c
   }
   cp_async_wait_all();  // a token without rows never waited for its q copy
 
-  // ---- Epilogue (as the mma.sync kernel's). One split: out = O * 2^(m - top) / (l * 2^(m - top) +
-  //      2^(sink - top)), top = max(m, sink). Several: store (m, l, O) for the combine kernel.
-  const bool single = plan.splits == 1;
-  const size_t slot = static_cast<size_t>(token) * p.max_splits + split;
-  if (tid < valid_heads) {
-    const int h = tid;
-    if (single) {
-      const float sink = __fmul_rn(p.sinks[head0 + h], kLog2e);
-      const float m = m_run[h];
-      const float top = fmaxf(m, sink);
-      const float rows_weight = exp2f(m - top);  // 0 when the token has no rows (m = -inf)
-      const float denominator = __fmaf_rn(l_run[h], rows_weight, exp2f(sink - top));
-      final_scale[h] = rows_weight / denominator;
-    } else {
-      float* ml = p.partial_ml + (slot * p.H + head0 + h) * 2;
-      ml[0] = m_run[h];
-      ml[1] = l_run[h];
-    }
-  }
+  // ---- Epilogue (the mma.sync kernel's): the final scale (one split) or this split's (m, l), then O.
+  sink_cta_epilogue_stats(p, cta, m_run, l_run, final_scale);
   __syncthreads();
-  float* const dst_base = single ? p.out + static_cast<size_t>(token) * p.H * kD : p.partial_o + slot * p.H * kD;
+  const bool single = cta.single();
+  float* const dst_base = cta.out_base(p, kD);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int head = head_lo + 8 * h;

@@ -147,21 +147,6 @@ __device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a
       : "l"(desc_a), "l"(desc_b), "n"(1));
 }
 
-// d[64 x 256] += A[64 x 16] * B[256 x 16]^T: one instruction for the 256-wide tiles' consumer (A is
-// read once instead of once per n128 half).
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{" DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_0 "," DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_64 "}, "
-      "%128, %129, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : DEEPINFER_WGMMA_ACC64(d), DEEPINFER_WGMMA_ACC64(d + 64)
-      : "l"(desc_a), "l"(desc_b), "n"(1));
-}
-
 // One k16 step of a consumer's m64nBN fragment.
 template <int BN>
 __device__ __forceinline__ void wgmma_step(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b) {

@@ -94,6 +94,25 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
   "%112, %113, %114, %115, %116, %117, %118, %119," \
   "%120, %121, %122, %123, %124, %125, %126, %127"
 
+// d[64 x 256] += A[64 x 16] * B[16 x 256], both operands from shared memory (descriptors), fp32
+// accumulate. A is K-major; B is K-major ([256 x 16], kTransB false: the GEMMs' weight tiles) or
+// MN-major ([16 x 256], imm-trans-b: attention_wgmma.cu's V rows). d[4 j + 2 h + e] is (row 16 warp +
+// lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e) of the warpgroup's fragment. (The GEMMs' 256-wide
+// consumer reads A once instead of once per n128 half.)
+template <bool kTransB = false>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{" DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_0 "," DEEPINFER_WGMMA_ACC64_PLACEHOLDERS_64 "}, "
+      "%128, %129, p, 1, 1, 0, %131;\n"
+      "}\n"
+      : DEEPINFER_WGMMA_ACC64(d), DEEPINFER_WGMMA_ACC64(d + 64)
+      : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB ? 1 : 0));
+}
+
 // wgmma bookkeeping.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
