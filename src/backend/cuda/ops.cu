@@ -27,6 +27,7 @@
 #include "backend/cuda/ops_common.cuh"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/rope_common.cuh"
 #include "backend/cuda/swiglu.cuh"
 #include "base/check.h"
 
@@ -214,20 +215,10 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const 
 
 constexpr int kRopeThreads = 128;
 
-// (cos, sin) of pair i's angle inv_freq * p, scaled by the attention factor; the sine negated for
-// the inverse rotation.
-__device__ __forceinline__ float2 rope_cos_sin(float inv_freq, float p, float attention_factor, bool inverse) {
-  float s, c;
-  sincosf(inv_freq * p, &s, &c);
-  s *= attention_factor;
-  return make_float2(c * attention_factor, inverse ? -s : s);
-}
-// The rotation with its contraction spelled out (one rounded product, then a fused multiply-add),
-// so every kernel that rotates (rope, rope_to_bf16, norm_rope) gives the same bits whatever the
-// compiler would contract in its context.
-__device__ __forceinline__ float2 rope_rotate(float2 ab, float2 cs) {
-  return make_float2(__fmaf_rn(ab.x, cs.x, -__fmul_rn(ab.y, cs.y)), __fmaf_rn(ab.y, cs.x, __fmul_rn(ab.x, cs.y)));
-}
+// The pair arithmetic of every rotating kernel (rope_common.cuh): one set of roundings, so rope,
+// rope_to_bf16, norm_rope and v4_kernels.cu's inverse rotation give the same bits for the same values.
+using rope_common::rope_cos_sin;
+using rope_common::rope_rotate;
 
 // Token m's (cos, sin) table into shared memory ([half] cos, then [half] sin), for rope_kernel and
 // rope_to_bf16_kernel; ends with the block barrier that makes it visible.

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/v4_kernels.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/rope_common.cuh"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -216,9 +217,9 @@ __global__ void split_groups_vec4_kernel(const float* o, int T, int G, int gw, b
   dst[0] = __floats2bfloat162_rn(v.x, v.y);
   dst[1] = __floats2bfloat162_rn(v.z, v.w);
 }
-// split_groups with the inverse RoPE of each head's tail (rope_kernel's expressions, sine negated)
-// applied on the way: o [T, H * hd] fp32 -> og [G, T, gw] bf16. 4 columns per thread, row t =
-// blockIdx.y; hd, rope_dim, gw multiples of 4.
+// split_groups with the inverse RoPE of each head's tail (rope_common.cuh's pair arithmetic: the
+// same bits as rope(inverse) then split_groups, the fallback) applied on the way: o [T, H * hd]
+// fp32 -> og [G, T, gw] bf16. 4 columns per thread, row t = blockIdx.y; hd, rope_dim, gw multiples of 4.
 __global__ void rope_inverse_split_groups_vec4_kernel(const float* o, int T, int H, int hd, const int64_t* pos,
                                                       const float* inv_freq, int rope_dim, float attention_factor,
                                                       int G, int gw, bf16* og) {
@@ -226,26 +227,19 @@ __global__ void rope_inverse_split_groups_vec4_kernel(const float* o, int T, int
   const int t = static_cast<int>(blockIdx.y);
   const int j = 4 * static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (j >= H * hd) return;
-  float4 v = *reinterpret_cast<const float4*>(o + static_cast<size_t>(t) * H * hd + j);
+  const float4 v = *reinterpret_cast<const float4*>(o + static_cast<size_t>(t) * H * hd + j);
+  float2 lo = make_float2(v.x, v.y), hi = make_float2(v.z, v.w);
   const int d = j % hd, first = hd - rope_dim;
   if (d >= first) {
     const float p = static_cast<float>(pos[t]);
     const int i = (d - first) / 2;  // pairs i and i + 1
-    float s0, c0, s1, c1;
-    sincosf(inv_freq[i] * p, &s0, &c0);
-    sincosf(inv_freq[i + 1] * p, &s1, &c1);
-    c0 *= attention_factor;
-    s0 *= attention_factor;
-    c1 *= attention_factor;
-    s1 *= attention_factor;
-    s0 = -s0;
-    s1 = -s1;
-    v = make_float4(v.x * c0 - v.y * s0, v.y * c0 + v.x * s0, v.z * c1 - v.w * s1, v.w * c1 + v.z * s1);
+    lo = rope_common::rope_rotate(lo, rope_common::rope_cos_sin(inv_freq[i], p, attention_factor, true));
+    hi = rope_common::rope_rotate(hi, rope_common::rope_cos_sin(inv_freq[i + 1], p, attention_factor, true));
   }
   const int g = j / gw, c = j % gw;
   __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(og + (static_cast<size_t>(g) * T + t) * gw + c);
-  dst[0] = __floats2bfloat162_rn(v.x, v.y);
-  dst[1] = __floats2bfloat162_rn(v.z, v.w);
+  dst[0] = __floats2bfloat162_rn(lo.x, lo.y);
+  dst[1] = __floats2bfloat162_rn(hi.x, hi.y);
 }
 __global__ void scale_kernel(float* x, size_t n, float s) {
   pdl_prologue();

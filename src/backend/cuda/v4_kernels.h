@@ -98,8 +98,9 @@ void page_row_pointers(const StepView& st, const NewRow* rows, int R, size_t pag
 // writes its groups' outputs back side by side, grouped_gemm_stacked_side_by_side).
 void split_groups(const float* o, int T, int G, int gw, bf16* og, cudaStream_t stream);
 // rope(o, T, H, hd, pos, inv_freq, rope_dim, attention_factor, inverse = true) then split_groups(o,
-// T, G, H * hd / G, og) in one pass (o is left as it was). Returns false, launching nothing, where
-// the one-pass form does not apply (hd, rope_dim, the group width not multiples of 4; unaligned).
+// T, G, H * hd / G, og) in one pass (o is left as it was), bit for bit (the same rotation,
+// rope_common.cuh). Returns false, launching nothing, where the one-pass form does not apply (hd,
+// rope_dim, the group width not multiples of 4; unaligned; more than 65535 rows).
 bool rope_inverse_split_groups(const float* o, int T, int H, int hd, const int64_t* pos, const float* inv_freq,
                                int rope_dim, float attention_factor, int G, bf16* og, cudaStream_t stream);
 
