@@ -377,29 +377,11 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
     if (tid < kHeads * 4) {  // whole warps (kHeads * 4 is 64, 128 or 256)
       const int h = tid / 4, quarter = tid % 4;
       // This quarter's 16 values; under kSplitP hi + lo (exact in fp32: at most 17 significant bits).
-      float pv[16];
+      float pv[16], low[16];
       load_bf16x16(p_s + h * kPPitch + quarter * 16, pv);
-      if constexpr (kSplitP) {
-        float low[16];
-        load_bf16x16(plo_s + h * kPPitch + quarter * 16, low);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) pv[i] = __fadd_rn(pv[i], low[i]);
-      }
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) sum += pv[i];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (quarter == 0) {
-        const float m_old = m_run[h];
-        float m_new = m_old;
-#pragma unroll
-        for (int g = 0; g < L::kSRowGroups; ++g) m_new = fmaxf(m_new, red_max[g * kHeads + h]);
-        const float alpha = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-        l_run[h] = __fmaf_rn(l_run[h], alpha, sum);
-        m_run[h] = m_new;
-        alpha_s[h] = alpha;
-      }
+      if constexpr (kSplitP) load_bf16x16(plo_s + h * kPPitch + quarter * 16, low);
+      fold_tile_head_stats<kHeads, L::kSRowGroups>(pv, kSplitP ? low : nullptr, h, quarter, red_max, m_run, l_run,
+                                                   alpha_s);
     }
     __syncthreads();  // (D) alpha ready
 

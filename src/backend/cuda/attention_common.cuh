@@ -202,6 +202,36 @@ __device__ __forceinline__ void load_bf16x16(const bf16* src, float (&out)[16]) 
   bf16x8_to_float(v[1], out + 8);
 }
 
+// One tile's per-head statistics, shared by both kernels so their order is one definition: 4
+// threads a head (h, quarter), each holding its quarter's 16 P values in row order (hi; `low`: the
+// kBf16HiLo low parts, added first, exact in fp32). Each sums them in order, then a butterfly over
+// the 4 lanes (commutative: all agree); the quarter-0 thread folds the tile's row-group maxima
+// (red_max [kRowGroups][kHeads]) into the running max and sum and publishes this tile's O rescale.
+template <int kHeads, int kRowGroups>
+__device__ __forceinline__ void fold_tile_head_stats(float (&pv)[16], const float* low, int h, int quarter,
+                                                     const float* red_max, float* m_run, float* l_run,
+                                                     float* alpha_s) {
+  if (low != nullptr) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pv[i] = __fadd_rn(pv[i], low[i]);
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) sum += pv[i];
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (quarter == 0) {
+    const float m_old = m_run[h];
+    float m_new = m_old;
+#pragma unroll
+    for (int g = 0; g < kRowGroups; ++g) m_new = fmaxf(m_new, red_max[g * kHeads + h]);
+    const float alpha = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+    l_run[h] = __fmaf_rn(l_run[h], alpha, sum);
+    m_run[h] = m_new;
+    alpha_s[h] = alpha;
+  }
+}
+
 // Launches the wgmma kernel (attention_wgmma.cu) on `grid` CTAs of 64 heads: bf16 rows, d = 512,
 // the same bits as sink_attention_kernel<512, 4, false, kSplitP> (mma.sync) on the same CTAs.
 void launch_sink_attention_wgmma(const SinkAttentionParams& p, int grid, bool split_p, cudaStream_t stream);

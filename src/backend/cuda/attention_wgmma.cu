@@ -261,31 +261,14 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_wgmma_kernel(c
     //      butterfly: the mma.sync kernel's order exactly.
     {
       const int h = tid / 4, quarter = tid % 4;  // 256 threads = 64 heads x 4
-      float pv[16];  // rows 16 quarter .. + 15: the head's swizzled chunks 2 quarter and 2 quarter + 1
+      float pv[16], low[16];  // rows 16 quarter .. + 15: the head's swizzled chunks 2 quarter and 2 quarter + 1
       bf16x8_to_float(*reinterpret_cast<const uint4*>(p_s + swizzled(h, 2 * quarter)), pv);
       bf16x8_to_float(*reinterpret_cast<const uint4*>(p_s + swizzled(h, 2 * quarter + 1)), pv + 8);
       if constexpr (kSplitP) {
-        float low[16];
         bf16x8_to_float(*reinterpret_cast<const uint4*>(plo_s + swizzled(h, 2 * quarter)), low);
         bf16x8_to_float(*reinterpret_cast<const uint4*>(plo_s + swizzled(h, 2 * quarter + 1)), low + 8);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) pv[i] = __fadd_rn(pv[i], low[i]);
       }
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) sum += pv[i];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (quarter == 0) {
-        const float m_old = m_run[h];
-        float m_new = m_old;
-#pragma unroll
-        for (int g = 0; g < 2; ++g) m_new = fmaxf(m_new, red_max[g * kHeads + h]);
-        const float alpha = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-        l_run[h] = __fmaf_rn(l_run[h], alpha, sum);
-        m_run[h] = m_new;
-        alpha_s[h] = alpha;
-      }
+      fold_tile_head_stats<kHeads, 2>(pv, kSplitP ? low : nullptr, h, quarter, red_max, m_run, l_run, alpha_s);
     }
     __syncthreads();  // (D) alpha ready
 

@@ -667,6 +667,17 @@ int config_rows(int config) {
                                                                                    : 128;
 }
 
+// The tile a grouped call runs on: `config` (< 0: the automatic choice) made legal, and moved to
+// 128-row tiles where the small ones' row-tile slots would overflow grid.y.
+int grouped_config(int config, int G, int max_rows, int N, const SlicePlan& plan, bool tma) {
+  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, G, N, plan, tma);
+  config = legal_config(config, plan, tma);
+  const int bm = config_rows(config);
+  if (grouped_slots(max_rows, G, bm) > 65535 && bm < 128)
+    config = tma ? kWgmmaN128 : plan.num_slices > 1 ? kM128N128Fold : kM128N128;
+  return config;
+}
+
 // weights: per-group device pointers, or nullptr with `stacked` holding the groups back to back.
 template <class OutT>
 void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G, int max_rows, int K,
@@ -675,12 +686,7 @@ void grouped_gemm_impl(int config, const bf16* x, const int* row_offsets, int G,
   if (G <= 0 || max_rows <= 0 || N <= 0) return;
   const SlicePlan plan = plan_slices(N, K);
   const bool tma = stacked != nullptr && wgmma_path::usable(x, stacked, K);
-  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, G, N, plan, tma);
-  config = legal_config(config, plan, tma);
-  // grid.y holds the row-tile slots: fall back to 128-row tiles if the small ones would overflow it.
-  const int bm = config_rows(config);
-  if (grouped_slots(max_rows, G, bm) > 65535 && bm < 128)
-    config = tma ? kWgmmaN128 : plan.num_slices > 1 ? kM128N128Fold : kM128N128;
+  config = grouped_config(config, G, max_rows, N, plan, tma);
   GemmParams p = make_params(x, K, N, y, plan);
   p.out.group_ld = group_ld;
   p.row_offsets = row_offsets;
@@ -699,9 +705,7 @@ bool grouped_swiglu_impl(int config, const bf16* x, const int* row_offsets, int 
   const SlicePlan plan = plan_slices(N, K);
   if (stacked == nullptr || !wgmma_path::usable(x, stacked, K)) return false;
   if (G <= 0 || max_rows <= 0 || N <= 0) return true;  // nothing to compute
-  if (config < 0) config = choose_config((max_rows + G - 1) / G, max_rows, G, N, plan, true);
-  config = legal_config(config, plan, true);
-  if (grouped_slots(max_rows, G, config_rows(config)) > 65535 && config_rows(config) < 128) config = kWgmmaN128;
+  config = grouped_config(config, G, max_rows, N, plan, true);
   if (config < kWgmmaN128) return false;  // an mma.sync tile (the wgmma ids follow them in ConfigId)
   GemmParams p = make_params(x, K, N, h, plan);
   p.out.swiglu_limit = limit;

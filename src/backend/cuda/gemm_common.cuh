@@ -189,7 +189,7 @@ __device__ __forceinline__ void store_swiglu_two(bf16* p, float g0, float g1, fl
 // y[(m - row0) * ld + n - col0]. A plain target gives (y, N, 0, 0); gemm_split's the run holding the
 // tile; a side-by-side grouped target (y + g N, group_ld, 0, row_offsets[g]) for the tile's group g
 // (`group`, `group_row0`: 0 for dense calls). SwiGLU (SwigluPairs): (h, N / 2, 0, 0), and `at` takes
-// an h column (h_column below), not a GEMM column.
+// an h column (swiglu.cuh's h_column), not a GEMM column.
 template <class OutT>
 struct TileOut {
   StoredT<OutT>* y;
@@ -199,8 +199,6 @@ struct TileOut {
     return y + static_cast<size_t>(m - row0) * ld + (n - col0);
   }
 };
-// The h column of the gate column n (n % 16 < 8) of the interleaved layout.
-__device__ __forceinline__ int h_column(int n) { return (n / (2 * kGateUpBlock)) * kGateUpBlock + n % kGateUpBlock; }
 template <class OutT>
 __device__ __forceinline__ TileOut<OutT> tile_output(const OutTarget& t, int N, int n_begin, int group = 0,
                                                      int group_row0 = 0) {

@@ -18,6 +18,12 @@ inline constexpr int kGateUpBlock = 8;
 __host__ __device__ constexpr int interleaved_gate_up_column(int i, bool up) {
   return (i / kGateUpBlock) * 2 * kGateUpBlock + (up ? kGateUpBlock : 0) + i % kGateUpBlock;
 }
+// Its inverse for a gate column: the h column of output column n (n % 16 < 8).
+__host__ __device__ constexpr int h_column(int n) {
+  return (n / (2 * kGateUpBlock)) * kGateUpBlock + n % kGateUpBlock;
+}
+static_assert(h_column(interleaved_gate_up_column(13, false)) == 13 &&
+              h_column(interleaved_gate_up_column(0, false)) == 0);
 
 #ifdef __CUDACC__  // (host-only files include this for the layout helpers above)
 // silu(min(g, limit)) * clamp(u, -limit, limit), as std::min / std::clamp define them. Every rounding
