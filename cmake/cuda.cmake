@@ -65,7 +65,7 @@ set_target_properties(deepinfer_cuda_gemm PROPERTIES CUDA_ARCHITECTURES 90a)
 # Sink attention and the indexer; the 64-head attention CTAs run on wgmma (attention_wgmma.cu: sm_90a).
 deepinfer_cuda_part(deepinfer_cuda_attention src/backend/cuda/attention.cu src/backend/cuda/attention_wgmma.cu)
 set_target_properties(deepinfer_cuda_attention PROPERTIES CUDA_ARCHITECTURES 90a)
-deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu src/backend/cuda/sampling.cu)
+deepinfer_cuda_part(deepinfer_cuda_ops src/backend/cuda/ops.cu src/backend/cuda/hc_post_dots.cu src/backend/cuda/sampling.cu)
 # The FP8 KV cache: FP8 KV row / FP4 indexer key encoders and the release indexer over FP4 keys (the
 # attention-side readers live in deepinfer_cuda_attention).
 deepinfer_cuda_part(deepinfer_cuda_kv_fp8 src/backend/cuda/kv_fp8.cu)

@@ -12,6 +12,7 @@
 //
 // Usage: deepinfer_bench_model --config CONFIG.json [--batches 1,8,64,256] [--contexts 1024,32768]
 //        [--prefill 512,4096,32768] [--steps 20] [--profile 1] [--fp8-gemm 1] [--trace FILE]
+//        [--mhc-one-pass 1]
 // step_ms: one synchronous forward() (host bookkeeping, copies and the wait included); chained_ms:
 // steps enqueued two deep as the engine runs them (the GPU's time a step while the host keeps up).
 // --profile 1 brackets the last decode step of each (batch, context) and the last prefill with
@@ -20,6 +21,8 @@
 // length, and writes their kernel timelines (start and end of every kernel, not serialized: CUPTI
 // concurrent-kernel records, kernel_trace.h) to FILE; tools/gpu/trace_table.py turns that into
 // where a step's time goes (busy, idle gaps, overlap, per kernel).
+// --mhc-one-pass 1 sets CudaModelOptions::mhc_one_pass (the mHC posts and the next pre's dots in one
+// pass over the streams); the header line says which ran.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -113,7 +116,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<int> batches = {1, 8, 64, 256}, contexts = {1024, 32768}, prefills = {512, 4096, 32768};
   int steps = 20;
-  bool profile = false, fp8_gemm = false;
+  bool profile = false, fp8_gemm = false, mhc_one_pass = false;
   std::string trace_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::stoi(v);
     else if (a == "--profile") profile = std::stoi(v) != 0;
     else if (a == "--fp8-gemm") fp8_gemm = std::stoi(v) != 0;
+    else if (a == "--mhc-one-pass") mhc_one_pass = std::stoi(v) != 0;
     else if (a == "--trace") trace_path = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
@@ -182,6 +186,7 @@ int main(int argc, char** argv) {
   opt.max_logit_rows = std::max(max_batch, 1);
   opt.max_model_len = max_ctx;
   opt.fp8_gemm = fp8_gemm;  // release numerics with the FP8-checkpoint projections on FP8 tensor cores
+  opt.mhc_one_pass = mhc_one_pass;
   const auto t0 = std::chrono::steady_clock::now();
   auto made = CudaModel::create_random(c, 1234, opt);
   if (!made.is_ok()) {
@@ -193,8 +198,8 @@ int main(int argc, char** argv) {
   double dense = 0, expert = 0;
   weight_bytes(c, &dense, &expert);
   std::printf("{\"kind\":\"model\",\"device_weight_bytes\":%zu,\"dense_bytes\":%.0f,\"expert_bytes\":%.0f,"
-              "\"setup_s\":%.2f,\"cache_pages\":%d,\"block_size\":%d,\"fp8_gemm\":%d}\n",
-              m.weight_bytes(), dense, expert, setup_s, opt.num_blocks, block, fp8_gemm ? 1 : 0);
+              "\"setup_s\":%.2f,\"cache_pages\":%d,\"block_size\":%d,\"fp8_gemm\":%d,\"mhc_one_pass\":%d}\n",
+              m.weight_bytes(), dense, expert, setup_s, opt.num_blocks, block, fp8_gemm ? 1 : 0, mhc_one_pass ? 1 : 0);
   std::fflush(stdout);
 
   // Decode.

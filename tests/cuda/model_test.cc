@@ -340,6 +340,45 @@ TEST(CudaModel, ConcurrentBranchesAreBitwiseOneStreamAtRealDimensions) {
   }
 }
 
+// The mHC one pass (CudaModelOptions::mhc_one_pass) at V4-Flash dimensions: each post with the next
+// block's dot products in one pass over the streams (the attention posts and the first layer's MoE
+// post) gives bitwise the logits of the separate passes, in exact and release numerics (whose X and
+// combine roundings the one pass does too), for prefill chunks and one-token decode steps as graphs.
+TEST(CudaModel, MhcOnePassIsBitwiseTheSeparatePasses) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ModelConfig c = v4_flash_dims_two_layers();
+  const ModelWeights w = model::default_model_weights(c, 79);
+  const std::vector<int32_t> seq = random_tokens(120, c.vocab_size, 13);
+  const std::vector<int> table = {0};  // a 256-position page
+  for (const model::Numerics numerics : {model::Numerics::kExact, model::Numerics::kRelease}) {
+    std::vector<float> runs[2];
+    for (int one_pass = 0; one_pass < 2; ++one_pass) {
+      CudaModelOptions opt;
+      opt.num_blocks = static_cast<int>(table.size());
+      opt.mhc_one_pass = one_pass == 1;
+      auto gpu = CudaModel::create(c, w, numerics, opt);
+      ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+      CudaModel& m = **gpu;
+      std::vector<float> part;
+      // 100 tokens in chunks of 50 (every row's logits), then 20 one-token steps.
+      for (size_t b = 0; b < seq.size();) {
+        const size_t n = b < 100 ? 50 : 1;
+        const SeqChunk sc{std::span<const int32_t>(seq).subspan(b, n), static_cast<int64_t>(b), 0, table,
+                          n == 1 ? LogitRows::kLast : LogitRows::kAll};
+        const Status st = m.forward(std::span<const SeqChunk>(&sc, 1), &part);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        runs[one_pass].insert(runs[one_pass].end(), part.begin(), part.end());
+        b += n;
+      }
+      EXPECT_GE(m.graph_replays(), 15u);
+    }
+    const char* what = numerics == model::Numerics::kExact ? "exact" : "release";
+    ASSERT_EQ(runs[0].size(), runs[1].size()) << what;
+    ASSERT_EQ(runs[0].size(), static_cast<size_t>(100 + 20) * c.vocab_size) << what;
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0) << what;
+  }
+}
+
 // Dimensions outside what the kernels are written for are refused with the config field named,
 // before the GPU is touched (this runs without a device too).
 TEST(CudaModel, UnsupportedDimensionsAreNamed) {

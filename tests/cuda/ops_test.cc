@@ -1213,6 +1213,99 @@ TEST(CudaOps, HcPostMoeIsCombineThenPostBitwise) {
   }
 }
 
+// hc_post_pre: a block's post (attention rows, or the MoE combine, release roundings included) and
+// the next block's hc_pre with its norm. For V4's shapes (and others whose warp ranges cut the
+// streams evenly) the post and the dots are one pass over X, which must give the bits of
+// hc_post / hc_post_moe, round_bf16 of X and hc_pre in turn: X, the collapsed and normed rows, post
+// and comb, with post and comb read and rewritten in place as the model does. Shapes: one token to a
+// prefill-sized 600 (dots' two-step batches), V4-Pro's D (7 steps a range), hc 1 and 2, and shapes or
+// buffers the one pass does not take (the same calls then run).
+TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int M, hc, D;
+    bool moe, round;
+    size_t offset;
+    bool one_pass;
+  };
+  for (const Case& c : {Case{1, 4, 4096, false, false, 0, true}, Case{1, 4, 4096, true, true, 0, true},
+                        Case{5, 4, 4096, true, false, 0, true}, Case{17, 4, 4096, false, true, 0, true},
+                        Case{300, 4, 4096, true, true, 0, true}, Case{600, 4, 4096, false, false, 0, true},
+                        Case{600, 4, 4096, true, false, 0, true}, Case{37, 4, 7168, true, false, 0, true},
+                        Case{9, 2, 1024, false, true, 0, true}, Case{3, 1, 4096, true, true, 0, true},
+                        Case{6, 3, 96, true, false, 0, false}, Case{4, 4, 4096, false, false, 1, false}}) {
+    const std::string what = "hc_post_pre M " + std::to_string(c.M) + " hc " + std::to_string(c.hc) + " D " +
+                             std::to_string(c.D) + (c.moe ? " moe" : " attention") + (c.round ? " round" : "") +
+                             (c.offset ? " unaligned" : "");
+    const int K = 6, E = 16, nmix = (2 + c.hc) * c.hc;
+    const size_t width = static_cast<size_t>(c.hc) * c.D, N = static_cast<size_t>(c.M) * K;
+    const HcData d = make_hc_data(c.M, c.hc, c.D, nmix, 3 * c.M + c.D + c.hc);
+    const std::vector<float> norm_w = random_floats(static_cast<size_t>(c.D), 0.5f, 1.5f, 41);
+    const std::vector<float> post = random_floats(static_cast<size_t>(c.M) * c.hc, 0.0f, 2.0f, 42);
+    const std::vector<float> comb = random_floats(static_cast<size_t>(c.M) * c.hc * c.hc, 0.0f, 1.0f, 43);
+    const std::vector<float> o = random_floats(static_cast<size_t>(c.M) * c.D, -2.0f, 2.0f, 44);
+    std::mt19937 rng(c.M + 7);
+    const std::vector<int> sel = distinct_experts(c.M, K, E, rng);
+    const std::vector<float> w = random_floats(N, 0.0f, 1.0f, 45), y = random_floats(N * c.D, -1.0f, 1.0f, 46);
+    const std::vector<float> shared = random_floats(static_cast<size_t>(c.M) * c.D, -1.0f, 1.0f, 47);
+    const Permutation p = permute_ref(sel, w, c.M, K, E);
+    DeviceBuffer<float> d_o(o, c.offset), d_y(y, c.offset), d_w(w), d_shared(shared, c.offset);
+    DeviceBuffer<int> d_row_of(p.row_of), d_sel(sel);
+    DeviceBuffer<float> d_fn(d.w.fn.data, c.offset), d_base(d.w.base), d_scale(d.w.scale), d_nw(norm_w);
+    const float* w_arg = c.round ? nullptr : d_w.get();  // release numerics weighted the rows before w2
+    struct Out {
+      std::vector<float> X, collapsed, post, comb;
+      std::vector<uint16_t> normed;
+      bool one_pass = false;
+    };
+    auto run = [&](bool fused) {
+      DeviceBuffer<float> d_X(d.X, c.offset), d_post(post), d_comb(comb);
+      DeviceBuffer<float> d_col(static_cast<size_t>(c.M) * c.D, c.offset);
+      DeviceBuffer<uint16_t> d_normed(static_cast<size_t>(c.M) * c.D);
+      DeviceBuffer<float> d_ws(hc_workspace_bytes(c.M, c.hc, c.D, false) / sizeof(float));
+      const HcNorm norm{d_nw.get(), 1e-6f, c.round, as_bf16(d_normed)};
+      Out out;
+      if (fused) {
+        HcBlockOutput block;
+        if (c.moe) {
+          block = HcBlockOutput{nullptr, d_y.get(), d_row_of.get(), d_sel.get(), w_arg, d_shared.get(), K, c.round};
+        } else {
+          block.o = d_o.get();
+        }
+        out.one_pass = hc_post_pre(d_X.get(), block, c.M, c.hc, c.D, d_post.get(), d_comb.get(), c.round, d_fn.get(),
+                                   d_base.get(), d_scale.get(), 20, 1e-6f, 1e-6f, d_col.get(), d_post.get(),
+                                   d_comb.get(), d_ws.get(), nullptr, &norm);
+      } else {
+        if (c.moe) {
+          hc_post_moe(d_X.get(), d_y.get(), d_row_of.get(), d_sel.get(), w_arg, d_shared.get(), c.M, K, c.hc, c.D,
+                      d_post.get(), d_comb.get(), c.round, c.round, nullptr);
+        } else {
+          hc_post(d_X.get(), d_o.get(), c.M, c.hc, c.D, d_post.get(), d_comb.get(), nullptr);
+          if (c.round) round_bf16(d_X.get(), c.M * width, nullptr);
+        }
+        hc_pre(d_X.get(), c.M, c.hc, c.D, d_fn.get(), d_base.get(), d_scale.get(), 20, 1e-6f, 1e-6f, d_col.get(),
+               d_post.get(), d_comb.get(), d_ws.get(), nullptr, &norm);
+      }
+      sync();
+      out.X = d_X.download();
+      out.collapsed = d_col.download();
+      out.post = d_post.download();
+      out.comb = d_comb.download();
+      out.normed = d_normed.download();
+      return out;
+    };
+    const Out want = run(false), got = run(true);
+    EXPECT_EQ(got.one_pass, c.one_pass) << what;
+    EXPECT_NE(want.X, d.X) << what << ": the post updated X";
+    EXPECT_NE(want.post, post) << what << ": hc_pre rewrote post";
+    EXPECT_TRUE(same_bits(got.X, want.X)) << what << ": X";
+    EXPECT_TRUE(same_bits(got.collapsed, want.collapsed)) << what << ": collapsed";
+    EXPECT_TRUE(same_bits(got.post, want.post)) << what << ": post";
+    EXPECT_TRUE(same_bits(got.comb, want.comb)) << what << ": comb";
+    EXPECT_TRUE(got.normed == want.normed) << what << ": normed";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Casts
 

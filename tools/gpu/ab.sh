@@ -6,13 +6,17 @@
 # each case per variant and its change against base) and OUT_DIR/ab.tgz (raw JSON and logs; the
 # device tool returns at most 8 files).
 #
-#   tools/gpu/ab.sh OUT_DIR "MODEL_BENCH_ARGS" NAME=PATCH[+PATCH...] | NAME=env:VAR=VALUE[+VAR=VALUE...] ...
+#   tools/gpu/ab.sh OUT_DIR "MODEL_BENCH_ARGS" NAME=PATCH[+PATCH...] | NAME=env:VAR=VALUE[+VAR=VALUE...]
+#                   | NAME=args:ARG[+ARG...] ...
 #
 # PATCH: a file applied with `patch -p1` in the variant's copy; "-FILE" applies it in reverse (the
 # variant without a change the working tree already has). env:...: no copy and no build — the
 # working tree's binaries run with those environment settings (variants put behind environment
 # switches by a patch applied on the device only, never committed: one build instead of one per
-# variant, e.g. `static const int v = std::getenv("DI_EXP_X") ? ...` at the choice measured). AB_ROUNDS (default 2). AB_GEMM_ARGS:
+# variant, e.g. `static const int v = std::getenv("DI_EXP_X") ? ...` at the choice measured).
+# args:...: no copy and no build either — the working tree's model bench with these arguments added
+# ("+" for spaces; e.g. one_pass=args:--mhc-one-pass+1 for a CudaModelOptions switch the bench
+# exposes). AB_ROUNDS (default 2). AB_GEMM_ARGS:
 # also run `deepinfer_bench_gemm $AB_GEMM_ARGS` once in every tree (e.g. "--configs --ms 256").
 # AB_TESTS: GPU test binaries to run in every tree after the builds, each NAME[:GTEST_FILTER] for
 # build-gpu/deepinfer_cuda_NAME_tests (e.g. "gemm model:CudaModel.* fixture:*Tiny*"; list them in
@@ -36,7 +40,7 @@ root=$PWD; rounds=${AB_ROUNDS:-2}
 # The variant trees live under /tmp, where run_all.sh's default ../shared is not: every tree takes
 # the fixtures and oracle scripts this tree sees (DEEPINFER_SHARED, else ../shared), as an absolute path.
 shared=$(cd "${DEEPINFER_SHARED:-../shared}" 2>/dev/null && pwd) && export DEEPINFER_SHARED=$shared
-raw=$(mktemp -d); names=(base); dirs=("$root"); envs=("")
+raw=$(mktemp -d); names=(base); dirs=("$root"); envs=(""); extra=("")
 # shellcheck source=tools/gpu/trees.sh
 . tools/gpu/trees.sh
 
@@ -44,7 +48,12 @@ for spec in "$@"; do
   name=${spec%%=*}; patches=${spec#*=}
   [[ $name =~ ^[A-Za-z0-9_-]+$ && $spec == *=* ]] || { echo "bad variant '$spec' (NAME=PATCH[+PATCH...])"; exit 2; }
   if [[ $patches == env:* ]]; then  # the working tree's build, run with these settings
-    names+=("$name"); dirs+=("$root"); envs+=("${patches#env:}")
+    names+=("$name"); dirs+=("$root"); envs+=("${patches#env:}"); extra+=("")
+    continue
+  fi
+  if [[ $patches == args:* ]]; then  # the working tree's build, its model bench given these arguments
+    a=${patches#args:}
+    names+=("$name"); dirs+=("$root"); envs+=(""); extra+=("${a//+/ }")
     continue
   fi
   dir=/tmp/ab-$name
@@ -52,8 +61,10 @@ for spec in "$@"; do
   tar c --exclude=./build-gpu --exclude='./.gpux*' . | tar x -C "$dir"  # not the carried packs and scratch
   apply_patches "$dir" "$root" "$patches" >"$raw/${name}_patch.log" 2>&1 ||
     { echo "variant $name:"; cat "$raw/${name}_patch.log"; exit 1; }
-  names+=("$name"); dirs+=("$dir"); envs+=("")
+  names+=("$name"); dirs+=("$dir"); envs+=(""); extra+=("")
 done
+# Trees that are the working tree's build (env and args variants): not built or unpacked again.
+shares_base() { [[ -n ${envs[$1]} || -n ${extra[$1]} ]]; }
 # `env ${run_env[i]} CMD`: variant i's settings ("+"-separated in the spec) as env arguments.
 run_env=()
 for e in "${envs[@]}"; do run_env+=("${e//+/ }"); done
@@ -66,7 +77,7 @@ if [ -n "${AB_PREBUILT:-}" ]; then
   for i in "${!names[@]}"; do
     prebuilt[i]=0
     pack=$AB_PREBUILT/${names[$i]}.tar.xz
-    [[ -z ${envs[$i]} && -f $pack ]] || continue
+    ! shares_base "$i" && [[ -f $pack ]] || continue
     tmp=$(mktemp -d)
     if ! tar xJf "$pack" -C "$tmp"; then
       echo "prebuilt ${names[$i]}: $pack does not unpack; building here"
@@ -89,7 +100,7 @@ if [ -n "${AB_PREBUILT:-}" ]; then
   done
   # All or none: every tree's timings from one compiler's code.
   for i in "${!names[@]}"; do
-    if [[ -z ${envs[$i]} && ${prebuilt[$i]} == 0 ]]; then
+    if ! shares_base "$i" && [[ ${prebuilt[$i]} == 0 ]]; then
       [[ " ${prebuilt[*]} " == *" 1 "* ]] && echo "not every tree has a usable pack: building every tree here"
       for j in "${!names[@]}"; do prebuilt[j]=0; done
       break
@@ -100,7 +111,7 @@ fi
 echo "== $(date +%H:%M:%S) build ${names[*]}"
 pids=()
 for i in "${!names[@]}"; do
-  [[ -z ${envs[$i]} ]] || continue  # env variants run the base tree's build
+  shares_base "$i" && continue  # env and args variants run the base tree's build
   [[ ${prebuilt[$i]:-0} == 1 ]] && continue
   (cd "${dirs[$i]}" && bash tools/gpu/run_all.sh build "$raw/build_${names[$i]}" >"$raw/build_${names[$i]}.txt" 2>&1) &
   pids+=($!)
@@ -138,7 +149,7 @@ for r in $(seq "$rounds"); do
     echo "== $(date +%H:%M:%S) model bench ${names[$i]}, round $r"
     # shellcheck disable=SC2086
     (cd "${dirs[$i]}" && env ${run_env[$i]} timeout 300 build-gpu/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json \
-      $bench_args) >"$raw/model_${names[$i]}_$r.jsonl" 2>"$raw/model_${names[$i]}_$r.err" ||
+      $bench_args ${extra[$i]}) >"$raw/model_${names[$i]}_$r.jsonl" 2>"$raw/model_${names[$i]}_$r.err" ||
       echo "model bench ${names[$i]} round $r failed: $(tail -1 "$raw/model_${names[$i]}_$r.err")"
   done
   # The table of the rounds so far, so a call cut off by its time limit still returns the finished ones.
@@ -150,7 +161,7 @@ if [ -n "${AB_TRACE_ARGS:-}" ]; then
     echo "== $(date +%H:%M:%S) trace ${names[$i]}"
     # shellcheck disable=SC2086
     (cd "${dirs[$i]}" && env ${run_env[$i]} timeout 120 build-gpu/deepinfer_bench_model --config tools/oracle_configs/v4-mid.json \
-      $AB_TRACE_ARGS --trace "$raw/trace_${names[$i]}.jsonl") >"$raw/trace_${names[$i]}.out" 2>&1 &&
+      $AB_TRACE_ARGS ${extra[$i]} --trace "$raw/trace_${names[$i]}.jsonl") >"$raw/trace_${names[$i]}.out" 2>&1 &&
       traces+=("${names[$i]}=$raw/trace_${names[$i]}.jsonl")
   done
   if [ ${#traces[@]} -ge 2 ]; then

@@ -521,6 +521,12 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   };
   embed(d_tokens, T, embed_table, D, hc, X, s);
   rb(X, static_cast<size_t>(T) * hc * D);
+  // One pass (CudaModelOptions::mhc_one_pass): each mHC boundary inside the stack (a block's post,
+  // the next block's pre) is one hc_post_pre, the post and the next pre's dot products in one pass
+  // over X, unless a tap must see X between them. attn_pre_done: the previous layer's MoE post
+  // already ran this layer's attention pre.
+  const bool one_pass = opt.mhc_one_pass && !tap;
+  bool attn_pre_done = false;
   for (int l = 0; l < c.num_layers; ++l) {
     const DevLayer& L = layers[l];
     const model::LayerCacheLayout& CL = shape.layers[l];
@@ -531,9 +537,11 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
 
     // Attention block: mHC pre, norm, attention (DeepSeekV4::attention), mHC post.
     // (+ (release) bf16 rounding of the collapsed rows and attn_norm into `normed`, fused where it can be)
-    const HcNorm attn_norm{L.attn_norm, eps, rel, normed};
-    hc_pre(X, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
-           post, comb, hc_ws, s, &attn_norm);
+    if (!attn_pre_done) {
+      const HcNorm attn_norm{L.attn_norm, eps, rel, normed};
+      hc_pre(X, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
+             post, comb, hc_ws, s, &attn_norm);
+    }
     tap_bf(l, "attn_in", normed, static_cast<size_t>(T) * D);
     // Exact numerics: every projection of `normed` in one launch (DevLayer::attn_in). Release keeps
     // them apart: a quantized weight's input is FP8-rounded first, some run on the FP8 tensor cores.
@@ -723,14 +731,20 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     proj(zo_bf, T, G * OR, L.wo_b, D, sub_out, s);
     rb(sub_out, static_cast<size_t>(T) * D);
     tap_f32(l, "attn_out", sub_out, static_cast<size_t>(T) * D);
-    hc_post(X, sub_out, T, hc, D, post, comb, s);
-    rb(X, static_cast<size_t>(T) * hc * D);
-    tap_f32(l, "h_mid", X, static_cast<size_t>(T) * hc * D);
-
-    // MoE block (DeepSeekV4::moe).
+    // mHC post, then the MoE block's pre (DeepSeekV4::moe).
     const HcNorm ffn_norm{L.ffn_norm, eps, rel, normed};
-    hc_pre(X, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post,
-           comb, hc_ws, s, &ffn_norm);
+    if (!one_pass) {
+      hc_post(X, sub_out, T, hc, D, post, comb, s);
+      rb(X, static_cast<size_t>(T) * hc * D);
+      tap_f32(l, "h_mid", X, static_cast<size_t>(T) * hc * D);
+      hc_pre(X, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
+             post, comb, hc_ws, s, &ffn_norm);
+    } else {
+      HcBlockOutput attn_out;
+      attn_out.o = sub_out;
+      hc_post_pre(X, attn_out, T, hc, D, post, comb, rel, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale,
+                  c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &ffn_norm);
+    }
     tap_bf(l, "ffn_in", normed, static_cast<size_t>(T) * D);
     const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
     const int inter_s = c.shared_intermediate();
@@ -806,12 +820,20 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // unless a tap must see the block's output.
     const float* combine_w = rel ? nullptr : route_w;
     join_all();  // the shared expert's rows, and the ring store of the attention block
+    attn_pre_done = false;
     if (tap) {
       moe_combine(y, row_of, route_sel, combine_w, ys, T, K, D, sub_out, s);
       rb(sub_out, static_cast<size_t>(T) * D);
       tap_f32(l, "ffn_out", sub_out, static_cast<size_t>(T) * D);
       hc_post(X, sub_out, T, hc, D, post, comb, s);
       rb(X, static_cast<size_t>(T) * hc * D);
+    } else if (one_pass && l + 1 < c.num_layers) {  // with the next layer's attention pre
+      const DevLayer& N = layers[l + 1];
+      const HcNorm next_norm{N.attn_norm, eps, rel, normed};
+      const HcBlockOutput moe_out{nullptr, y, row_of, route_sel, combine_w, ys, K, rel};
+      hc_post_pre(X, moe_out, T, hc, D, post, comb, rel, N.hc_attn.fn, N.hc_attn.base, N.hc_attn.scale,
+                  c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &next_norm);
+      attn_pre_done = true;
     } else {
       hc_post_moe(X, y, row_of, route_sel, combine_w, ys, T, K, hc, D, post, comb, rel, rel, s);
     }

@@ -61,6 +61,11 @@ struct CudaModelOptions {
   // same data: bitwise the results of one stream. At one token most of those kernels are a few
   // microseconds of latency each, so the shorter chain hides behind the longer. Off: one stream.
   bool concurrent_branches = true;
+  // Each mHC boundary inside the layer stack (a block's post, then the next block's pre) runs its
+  // post and the next pre's dot products as one pass over the residual streams (ops.h hc_post_pre:
+  // X read and written once instead of read twice and written once; one launch less a boundary).
+  // Bitwise the results of the separate passes. Off until measured on a GPU against them.
+  bool mhc_one_pass = false;
 };
 
 // A logits row's greedy token, computed on the GPU (ops.h greedy_rows): argmax (lowest id on ties)

@@ -26,6 +26,7 @@
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/hc_common.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope_common.cuh"
 #include "backend/cuda/swiglu.cuh"
@@ -36,6 +37,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 using namespace ops_common;  // chunk loads/stores, reductions (ops_common.cuh)
+using namespace hc_common;  // mHC warp ranges, 3xTF32 step, post update, MoE combine (hc_common.cuh)
 
 // ---------------------------------------------------------------------------------------------
 // Embedding
@@ -302,18 +304,7 @@ __global__ void __launch_bounds__(kRopeThreads)
 // A token's bits depend on hc and D only, never on M, on kMT or on the token's row in its tile:
 // an mma's output row is a function of that row of A (and B) alone.
 
-constexpr int kHcThreads = 256;
 constexpr int kCollapseBarrier = 1;  // hc_finish's named barrier for its collapse threads
-constexpr int kHcWarps = kHcThreads / 32;  // warp ranges a CTA adds up (hc_dots)
-constexpr int kHcWarpChunks = 16;          // chunks a warp range covers, about
-constexpr int kHcMaxSplits = 32;
-
-// Number of CTA ranges S of a row of hc * D values (a function of hc and D only): 32 for hc 4,
-// D 4096 (256 warp ranges of 16 chunks, enough CTAs to stream fn for a single decode token).
-int hc_splits(int hc, int D) {
-  const int chunks = ceil_div(hc * D, 4);
-  return std::clamp(ceil_div(chunks, kHcWarps * kHcWarpChunks), 1, kHcMaxSplits);
-}
 
 struct HcArgs {
   const float* X;
@@ -407,27 +398,6 @@ __device__ void sinkhorn_warp(const float* mix, const float* base, float scale, 
     if (lane + 32 * s < kElems) comb_out[lane + 32 * s] = c[s];
 }
 
-__device__ __forceinline__ uint32_t tf32_bits(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
-  return r;
-}
-// v = big + small, both TF32 (big = v rounded to TF32; small = the remainder rounded to TF32).
-__device__ __forceinline__ void tf32_split(float v, uint32_t& big, uint32_t& small) {
-  big = tf32_bits(v);
-  small = tf32_bits(v - __uint_as_float(big));
-}
-// d[16 x 8] += A[16 x 8] B[8 x 8], TF32 in, fp32 accumulate. Lane (g, t): a = {(g, t), (g + 8, t),
-// (g, t + 4), (g + 8, t + 4)}, b = {(t, g), (t + 4, g)} (k, n), d = {(g, 2t), (g, 2t + 1), (g + 8, 2t),
-// (g + 8, 2t + 1)}.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // 16-byte slots a lane fills per step: chunk c of its 2 kMT token rows, then of its kNT fn rows.
 template <int kMT, int kNT>
 constexpr int kHcSlots = 2 * kMT + kNT;
@@ -448,13 +418,13 @@ constexpr size_t hc_dots_smem_bytes(int kVals) {
 
 template <int HC, int kMix, int kMT, bool kHead, int kBatch>
 __global__ void __launch_bounds__(kHcThreads, hc_dots_ctas_per_sm<kBatch>()) hc_dots_kernel(HcArgs a) {
-  constexpr int kVals = kMix + 1;  // per token: kMix dot products, then the sum of squares
   constexpr int kNT = (kMix + 7) / 8;
   constexpr int kRows = 16 * kMT;
   constexpr int kSlots = kHcSlots<kMT, kNT>;
   // [kHcWarps][kBatch][kSlots][32] float4: each lane's own loads (it alone writes and reads
   // its slots, so cp.async.wait_group is all the synchronisation a batch needs); afterwards the
-  // same memory holds the reduction [kHcWarps][kRows][kVals] floats.
+  // same memory holds the reduction [kHcWarps][kRows][kMix + 1] floats (per token: kMix dot
+  // products, then the sum of squares).
   extern __shared__ float4 stage_s[];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
@@ -528,34 +498,7 @@ __global__ void __launch_bounds__(kHcThreads, hc_dots_ctas_per_sm<kBatch>()) hc_
         for (int h = 0; h < 2; ++h) x[mt][h] = slot(i, 2 * mt + h);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) f[nt] = slot(i, 2 * kMT + nt);
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) ssq[mt][h] = dot4(x[mt][h], x[mt][h], ssq[mt][h]);
-      // Two k8 steps: the chunk's (x, y), then its (z, w).
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        uint32_t fb[kNT][2], fs[kNT][2];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          tf32_split(half == 0 ? f[nt].x : f[nt].z, fb[nt][0], fs[nt][0]);
-          tf32_split(half == 0 ? f[nt].y : f[nt].w, fb[nt][1], fs[nt][1]);
-        }
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          uint32_t xb[4], xs[4];
-          tf32_split(half == 0 ? x[mt][0].x : x[mt][0].z, xb[0], xs[0]);
-          tf32_split(half == 0 ? x[mt][1].x : x[mt][1].z, xb[1], xs[1]);
-          tf32_split(half == 0 ? x[mt][0].y : x[mt][0].w, xb[2], xs[2]);
-          tf32_split(half == 0 ? x[mt][1].y : x[mt][1].w, xb[3], xs[3]);
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-            mma_tf32(acc[mt][nt], xs, fb[nt][0], fb[nt][1]);
-            mma_tf32(acc[mt][nt], xb, fs[nt][0], fs[nt][1]);
-            mma_tf32(acc[mt][nt], xb, fb[nt][0], fb[nt][1]);
-          }
-        }
-      }
+      hc_dots_chunk<kMT, kNT>(x, f, acc, ssq);
     }
   }
 
@@ -563,33 +506,9 @@ __global__ void __launch_bounds__(kHcThreads, hc_dots_ctas_per_sm<kBatch>()) hc_
   // them); then the CTA's sum over its warps in warp order.
   __syncthreads();
   float* const red = reinterpret_cast<float*>(stage_s);
-  float* const mine = red + static_cast<size_t>(warp) * kRows * kVals;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float v = ssq[mt][h];
-      v += __shfl_xor_sync(kFullMask, v, 1);
-      v += __shfl_xor_sync(kFullMask, v, 2);
-      if (t == 0) mine[(16 * mt + 8 * h + g) * kVals + kMix] = v;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t + e % 2;
-        if (col < kMix) mine[row * kVals + col] = acc[mt][nt][e];
-      }
-  }
+  hc_store_warp_partials<kMT, kNT, kMix>(acc, ssq, red);
   __syncthreads();
-  for (int i = tid; i < kRows * kVals; i += kHcThreads) {
-    const int m = tok0 + i / kVals;
-    if (m >= a.M) continue;
-    float sum = red[i];
-#pragma unroll
-    for (int w = 1; w < kHcWarps; ++w) sum += red[static_cast<size_t>(w) * kRows * kVals + i];
-    a.part[(static_cast<size_t>(m) * a.splits + s) * kVals + i % kVals] = sum;
-  }
+  hc_store_cta_partials<kMT, kMix>(red, tok0, a.M, a.splits, s, a.part);
 }
 
 // hc_finish's threads: kHcThreads collapse and norm the token's rows (rms_norm_kernel's threads
@@ -748,18 +667,12 @@ __device__ __forceinline__ void hc_post_chunk(float* X, int m, int D, int c, flo
   float* Xm = X + static_cast<size_t>(m) * HC * D;
   const float* pm = post + static_cast<size_t>(m) * HC;
   const float* Cm = comb + static_cast<size_t>(m) * HC * HC;
-  float4 old[HC];
+  float4 old[HC], v[HC];
 #pragma unroll
   for (int j = 0; j < HC; ++j) old[j] = load4(Xm + static_cast<size_t>(j) * D, c, D, vec);
+  hc_post_values<HC>(old, ov, pm, Cm, round_x, v);
 #pragma unroll
-  for (int k = 0; k < HC; ++k) {
-    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < HC; ++j) s = fma4(Cm[j * HC + k], old[j], s);
-    float4 v = fma4(pm[k], ov, s);
-    if (round_x) v = round_bf16x4(v);
-    store4(Xm + static_cast<size_t>(k) * D, c, D, vec, v);
-  }
+  for (int k = 0; k < HC; ++k) store4(Xm + static_cast<size_t>(k) * D, c, D, vec, v[k]);
 }
 
 template <int HC>
@@ -819,7 +732,6 @@ __global__ void __launch_bounds__(kEltThreads)
 
 constexpr int kRouteWarps = 4;
 constexpr int kMaxExperts = 1024;
-constexpr int kMaxTopK = 16;
 
 // Token t's routing by one warp into sel and w row t; score, biased and pick are the warp's own
 // shared rows ([E], [E], [K]).
@@ -1045,29 +957,10 @@ __global__ void __launch_bounds__(kCopyThreads)
   for (int j = i; j < min(i + 8, width); ++j) d[j] = s[j];
 }
 
-// Token t's K choices sorted by (expert, k) into order_row / order_w (weight 1 without w), by thread
-// 0; the caller synchronises.
-__device__ __forceinline__ void moe_order(const int* __restrict__ row_of, const int* __restrict__ sel,
-                                          const float* __restrict__ w, int t, int K, int* order_row, float* order_w) {
-  if (threadIdx.x != 0) return;
-  int ks[kMaxTopK];
-  const int* st = sel + static_cast<size_t>(t) * K;
-  for (int k = 0; k < K; ++k) {  // insertion sort, stable: equal ids keep k order
-    int p = k;
-    while (p > 0 && st[ks[p - 1]] > st[k]) {
-      ks[p] = ks[p - 1];
-      --p;
-    }
-    ks[p] = k;
-  }
-  for (int q = 0; q < K; ++q) {
-    order_row[q] = row_of[static_cast<size_t>(t) * K + ks[q]];
-    order_w[q] = w != nullptr ? w[static_cast<size_t>(t) * K + ks[q]] : 1.0f;
-  }
-}
 // The combined output of token t = blockIdx.x at this thread's chunk c: the token's choices sorted
-// once per block (moe_order), its rows added in that order (weighted when w is non-null), then +
-// shared[t]. Every thread of the block calls it (it synchronises); false past the row's end.
+// once per block (moe_order_token, by thread 0), its rows added in that order (weighted when w is
+// non-null), then + shared[t]. Every thread of the block calls it (it synchronises); false past the
+// row's end.
 __device__ __forceinline__ bool moe_combined_chunk(const float* __restrict__ y, const int* __restrict__ row_of,
                                                    const int* __restrict__ sel, const float* __restrict__ w,
                                                    const float* shared, int K, int D, bool vec, int& t, int& c,
@@ -1075,24 +968,12 @@ __device__ __forceinline__ bool moe_combined_chunk(const float* __restrict__ y, 
   __shared__ int order_row[kMaxTopK];
   __shared__ float order_w[kMaxTopK];
   t = static_cast<int>(blockIdx.x);
-  moe_order(row_of, sel, w, t, K, order_row, order_w);
+  if (threadIdx.x == 0) moe_order_token(row_of, sel, w, t, K, order_row, order_w);
   __syncthreads();
   c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (c >= ceil_div(D, 4)) return false;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int q = 0; q < K; ++q) {
-    const float4 yv = load4(y + static_cast<size_t>(order_row[q]) * D, c, D, vec);
-    if (w != nullptr) {
-      acc = fma4(order_w[q], yv, acc);
-    } else {
-      acc = make_float4(acc.x + yv.x, acc.y + yv.y, acc.z + yv.z, acc.w + yv.w);
-    }
-  }
-  if (shared != nullptr) {
-    const float4 sv = load4(shared + static_cast<size_t>(t) * D, c, D, vec);
-    acc = make_float4(acc.x + sv.x, acc.y + sv.y, acc.z + sv.z, acc.w + sv.w);
-  }
-  out = acc;
+  out = moe_combine_chunk(y, order_row, order_w, w != nullptr, shared != nullptr ? shared + static_cast<size_t>(t) * D : nullptr,
+                          K, D, vec, c);
   return true;
 }
 
@@ -1169,6 +1050,19 @@ void launch_hc_dots(const HcArgs& a, cudaStream_t stream) {
   hc_dots_kernel<HC, kMix, kMT, kHead, kBatch><<<grid, kHcThreads, smem, stream>>>(a);
 }
 
+// hc_finish over the partials of hc_dots (or hc_post_dots) for kMix mixes.
+template <int HC, int kMix, bool kHead>
+void launch_hc_finish(const HcArgs& a, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(a.M);
+  if constexpr (HC <= 4) {
+    if (a.M <= kFinishRegisterRows && ceil_div(a.D, 4) <= kFinishChunks * kHcThreads) {
+      hc_finish_kernel<HC, kMix, kHead, true><<<grid, hc_finish_threads<kHead>(), 0, stream>>>(a);
+      return;
+    }
+  }
+  hc_finish_kernel<HC, kMix, kHead, false><<<grid, hc_finish_threads<kHead>(), 0, stream>>>(a);
+}
+
 // Runs hc_dots then hc_finish for kMix mixes (hc_pre: (2 + hc) hc; hc_head: hc).
 template <int HC, int kMix, bool kHead>
 void launch_hc(HcArgs a, cudaStream_t stream) {
@@ -1186,14 +1080,7 @@ void launch_hc(HcArgs a, cudaStream_t stream) {
     else
       launch_hc_dots<HC, kMix, 2, kHead, 2>(a, stream);
   }
-  const unsigned grid = static_cast<unsigned>(a.M);
-  if constexpr (HC <= 4) {
-    if (a.M <= kFinishRegisterRows && ceil_div(a.D, 4) <= kFinishChunks * kHcThreads) {
-      hc_finish_kernel<HC, kMix, kHead, true><<<grid, hc_finish_threads<kHead>(), 0, stream>>>(a);
-      return;
-    }
-  }
-  hc_finish_kernel<HC, kMix, kHead, false><<<grid, hc_finish_threads<kHead>(), 0, stream>>>(a);
+  launch_hc_finish<HC, kMix, kHead>(a, stream);
 }
 
 }  // namespace
@@ -1435,6 +1322,45 @@ void hc_post_moe(float* X, const float* y, const int* row_of, const int* sel, co
     hc_post_moe_kernel<HC><<<row_grid(T, ceil_div(D, 4), kEltThreads), kEltThreads, 0, stream>>>(
         X, y, row_of, sel, w, shared, K, D, post, comb, round_o, round_x, vec);
   });
+}
+
+bool hc_post_pre(float* X, const HcBlockOutput& out, int M, int hc, int D, const float* post, const float* comb,
+                 bool round_x, const float* fn, const float* base, const float* scale, int iters, float hc_eps,
+                 float norm_eps, float* collapsed, float* next_post, float* next_comb, void* workspace,
+                 cudaStream_t stream, const HcNorm* norm) {
+  if (M <= 0 || D <= 0) return false;
+  DI_CHECK(workspace != nullptr, "hc_post_pre needs hc_workspace_bytes of workspace");
+  const bool moe = out.o == nullptr;
+  const bool all_aligned = aligned(X, 16) && aligned(fn, 16) && aligned(collapsed, 16) &&
+                           (moe ? aligned(out.y, 16) && (out.shared == nullptr || aligned(out.shared, 16))
+                                : aligned(out.o, 16));
+  if (!hc_post_dots_fits(hc, D, all_aligned)) {
+    if (moe) {
+      hc_post_moe(X, out.y, out.row_of, out.sel, out.w, out.shared, M, out.K, hc, D, post, comb, out.round_o, round_x,
+                  stream);
+    } else {
+      hc_post(X, out.o, M, hc, D, post, comb, stream);
+      if (round_x) round_bf16(X, static_cast<size_t>(M) * hc * D, stream);
+    }
+    hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, next_post, next_comb, workspace, stream,
+           norm);
+    return false;
+  }
+  const int splits = hc_splits(hc, D);
+  float* const part = static_cast<float*>(workspace);
+  const HcPostDotsArgs pd{X,         M,           D,         out.o,   out.y, out.row_of, out.sel, out.w, out.shared,
+                          out.K,     out.round_o, round_x,   post,    comb,  fn,         splits,  part};
+  launch_hc_post_dots(hc, pd, stream);
+  with_hc(hc, [&](auto hc_constant) {
+    constexpr int HC = decltype(hc_constant)::value;
+    constexpr int kMix = (2 + HC) * HC;
+    HcArgs args{X, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, next_post, next_comb, true,
+                splits, part};
+    const bool fused = fuse_hc_norm(args, norm);
+    launch_hc_finish<HC, kMix, false>(args, stream);
+    if (!fused) hc_norm_passes(collapsed, M, D, norm, stream);
+  });
+  return true;
 }
 
 void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t stream) {

@@ -115,6 +115,30 @@ void hc_post_moe(float* X, const float* y, const int* row_of, const int* sel, co
                  int T, int K, int hc, int D, const float* post, const float* comb, bool round_o, bool round_x,
                  cudaStream_t stream);
 
+// The output of the block an mHC post closes: an attention block's rows o [M, D], or (o null) the
+// MoE block's moe_combine inputs (y, row_of, sel, w, shared, K), whose sum is rounded to bf16 when
+// round_o, as in hc_post_moe.
+struct HcBlockOutput {
+  const float* o = nullptr;
+  const float* y = nullptr;
+  const int* row_of = nullptr;
+  const int* sel = nullptr;
+  const float* w = nullptr;
+  const float* shared = nullptr;
+  int K = 0;
+  bool round_o = false;
+};
+// One mHC boundary: hc_post of `out` into X (hc_post_moe for a MoE output), X rounded to bf16 when
+// round_x, then hc_pre of the new X for the next block (fn ... norm as for hc_pre; next_post and
+// next_comb may be `post` and `comb`: they are written after the last read) — the same bits as those
+// calls in turn. Where hc <= 4, D % 4 == 0 and every buffer is 16-byte aligned (V4's shapes), the post
+// and the next block's dot products are one pass over X (hc_post_dots: X read and written once) and
+// it returns true; otherwise it makes those calls and returns false.
+bool hc_post_pre(float* X, const HcBlockOutput& out, int M, int hc, int D, const float* post, const float* comb,
+                 bool round_x, const float* fn, const float* base, const float* scale, int iters, float hc_eps,
+                 float norm_eps, float* collapsed, float* next_post, float* next_comb, void* workspace,
+                 cudaStream_t stream, const HcNorm* norm = nullptr);
+
 // rope(x, ..., inverse = false) then to_bf16 of the M rows into y [M, heads * head_dim], in one pass,
 // bitwise what the two give; x is left unchanged. head_dim and rope_dim even.
 void rope_to_bf16(const float* x, int M, int heads, int head_dim, const int64_t* pos, const float* inv_freq,

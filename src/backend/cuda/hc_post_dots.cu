@@ -1,0 +1,187 @@
+// hc_post_dots: the mHC post that closes a block (attention, or the MoE block with its combine) and
+// the dot products of the next block's hc_pre, in one pass over the residual streams X. The passes
+// it replaces, hc_post (or hc_post_moe) then hc_dots, read X twice and write it once; this reads
+// and writes it once (at a 4k-token prefill, X is 268 MB), and a decode step has one launch less on
+// its chain at each of these boundaries. hc_finish then sums the partials as after hc_dots.
+//
+// Same bits as the passes (tests/cuda/ops_test.cc checks it):
+//  * the new X values are hc_post_values of the same old values and block output (the combine in
+//    moe_combine_chunk's order), so X and every chunk the dots read are hc_post's values;
+//  * warp range r of a token row gets the chunks hc_dots gives it, in the same step order, through
+//    the same hc_dots_chunk (a 16-row mma tile: an output row depends on its own input row only);
+//  * a CTA's partial for split s is its 8 warps' ranges 8 s .. 8 s + 7 added in warp order, as
+//    hc_dots' CTA s adds them.
+// The grid differs: CTA (tile, s') owns, in each stream i, the ranges of hc_dots' CTA
+// i * (S / hc) + s' — one column block in all hc streams — so a lane holds every old value its
+// chunk's post needs, and each X value is read and written by one lane (in place, no barrier).
+
+#include "backend/cuda/hc_common.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "base/check.h"
+
+namespace deepinfer::backend::cuda::hc_common {
+namespace {
+
+using namespace ops_common;
+
+constexpr int kTileRows = 16;  // tokens a CTA takes: one m16 tile
+
+// The warp layout of a call: this warp's range q (of `per_stream`) in every stream, of `cps` chunks.
+struct RangeLayout {
+  int dq, per_stream, cps, q, steps;
+};
+template <int HC>
+__device__ __forceinline__ RangeLayout range_layout(int D, int splits) {
+  RangeLayout r;
+  r.dq = D / 4;
+  r.per_stream = splits / HC * kHcWarps;
+  r.cps = r.dq / r.per_stream;
+  r.q = static_cast<int>(blockIdx.y) * kHcWarps + static_cast<int>(threadIdx.x) / 32;
+  r.steps = ceil_div(r.cps, 4);
+  return r;
+}
+
+// HC streams (<= 4), kMix mixes, kMoe: the block output is the MoE combine (else a.o).
+template <int HC, int kMix, bool kMoe>
+__global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsArgs a) {
+  constexpr int kVals = kMix + 1;
+  constexpr int kNT = (kMix + 7) / 8;
+  __shared__ float red[kHcWarps * kTileRows * kVals];
+  __shared__ int order_row[kMoe ? kTileRows : 1][kMaxTopK];
+  __shared__ float order_w[kMoe ? kTileRows : 1][kMaxTopK];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, t = lane % 4, g = lane / 4;
+  const int D = a.D;
+  const size_t W = static_cast<size_t>(HC) * D;
+  const RangeLayout L = range_layout<HC>(D, a.splits);
+  const int tok0 = static_cast<int>(blockIdx.x) * kTileRows;
+
+  // This lane's fn rows 8 nt + g (zeros past kMix), at chunk i dq + cc for range i's chunk cc.
+  const float* fn_row[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) fn_row[nt] = 8 * nt + g < kMix ? a.fn + static_cast<size_t>(8 * nt + g) * W : nullptr;
+  // A step's chunk of this lane in its range (k), and whether the range has it.
+  const auto chunk_of = [&](int step) { return 4 * step + t; };
+  float4 f[HC][kNT];
+  const auto load_fn = [&](int step) {
+    const int k = chunk_of(step), cc = L.q * L.cps + k;
+#pragma unroll
+    for (int i = 0; i < HC; ++i)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+        f[i][nt] = k < L.cps && fn_row[nt] != nullptr
+                       ? *reinterpret_cast<const float4*>(fn_row[nt] + 4 * (static_cast<size_t>(i) * L.dq + cc))
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  };
+  // fn is a weight (no kernel writes it): the first step's chunks load, and the later steps' are
+  // fetched into L2, before the wait for the kernels this one depends on (a decode step's graph
+  // launches it while the block's last GEMM drains).
+  load_fn(0);
+  for (int step = 1; step < L.steps; ++step) {
+    const int k = chunk_of(step), cc = L.q * L.cps + k;
+    if (k >= L.cps) continue;
+#pragma unroll
+    for (int i = 0; i < HC; ++i)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+        if (fn_row[nt] != nullptr)
+          asm volatile("prefetch.global.L2 [%0];\n" ::"l"(fn_row[nt] + 4 * (static_cast<size_t>(i) * L.dq + cc)));
+  }
+  pdl_prologue();
+
+  if constexpr (kMoe) {  // the tile's tokens' choices in combine order, a thread per token
+    if (tid < kTileRows && tok0 + tid < a.M)
+      moe_order_token(a.row_of, a.sel, a.w, tok0 + tid, a.K, order_row[tid], order_w[tid]);
+    __syncthreads();
+  }
+
+  float acc[HC][1][kNT][4];
+  float ssq[HC][1][2];
+#pragma unroll
+  for (int i = 0; i < HC; ++i) {
+    ssq[i][0][0] = ssq[i][0][1] = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][0][nt][e] = 0.0f;
+  }
+  for (int step = 0; step < L.steps; ++step) {
+    if (step > 0) load_fn(step);
+    const int k = chunk_of(step), cc = L.q * L.cps + k;
+    // The new streams at this chunk of the lane's rows g (h = 0) and g + 8 (h = 1); zeros for
+    // absent rows and past the range, as hc_dots loads them.
+    float4 x[HC][1][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 8 * h + g, m = tok0 + r;
+      if (k < L.cps && m < a.M) {
+        float* const xm = a.X + static_cast<size_t>(m) * W + 4 * static_cast<size_t>(cc);
+        float4 old[HC], v[HC];
+#pragma unroll
+        for (int j = 0; j < HC; ++j) old[j] = *reinterpret_cast<const float4*>(xm + static_cast<size_t>(j) * D);
+        float4 o;
+        if constexpr (kMoe) {
+          o = moe_combine_chunk(a.y, order_row[r], order_w[r], a.w != nullptr,
+                                a.shared != nullptr ? a.shared + static_cast<size_t>(m) * D : nullptr, a.K, D, true, cc);
+          if (a.round_o) o = round_bf16x4(o);
+        } else {
+          o = *reinterpret_cast<const float4*>(a.o + static_cast<size_t>(m) * D + 4 * static_cast<size_t>(cc));
+        }
+        hc_post_values<HC>(old, o, a.post + static_cast<size_t>(m) * HC, a.comb + static_cast<size_t>(m) * HC * HC,
+                           a.round_x, v);
+#pragma unroll
+        for (int j = 0; j < HC; ++j) {
+          *reinterpret_cast<float4*>(xm + static_cast<size_t>(j) * D) = v[j];
+          x[j][0][h] = v[j];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < HC; ++j) x[j][0][h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < HC; ++i) hc_dots_chunk<1, kNT>(x[i], f[i], acc[i], ssq[i]);
+  }
+
+  // Range i's partials are those of hc_dots' CTA i * (S / hc) + s', one range set at a time.
+#pragma unroll
+  for (int i = 0; i < HC; ++i) {
+    if (i > 0) __syncthreads();  // the previous set's sums are read
+    hc_store_warp_partials<1, kNT, kMix>(acc[i], ssq[i], red);
+    __syncthreads();
+    hc_store_cta_partials<1, kMix>(red, tok0, a.M, a.splits, i * (a.splits / HC) + static_cast<int>(blockIdx.y),
+                                   a.part);
+  }
+}
+
+template <int HC>
+void launch(const HcPostDotsArgs& a, cudaStream_t stream) {
+  constexpr int kMix = (2 + HC) * HC;
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.M, kTileRows)), static_cast<unsigned>(a.splits / HC));
+  if (a.o != nullptr)
+    hc_post_dots_kernel<HC, kMix, false><<<grid, kHcThreads, 0, stream>>>(a);
+  else
+    hc_post_dots_kernel<HC, kMix, true><<<grid, kHcThreads, 0, stream>>>(a);
+}
+
+}  // namespace
+
+bool hc_post_dots_fits(int hc, int D, bool aligned) {
+  if (hc < 1 || hc > 4 || D <= 0 || D % 4 != 0 || !aligned) return false;
+  const int splits = hc_splits(hc, D);
+  if (splits % hc != 0) return false;
+  const int per_stream = splits / hc * kHcWarps;
+  return (D / 4) % per_stream == 0;
+}
+
+void launch_hc_post_dots(int hc, const HcPostDotsArgs& a, cudaStream_t stream) {
+  DI_CHECK(hc_post_dots_fits(hc, a.D, true) && a.splits == hc_splits(hc, a.D), "hc_post_dots: hc %d, D %d", hc, a.D);
+  DI_CHECK(a.o != nullptr || (a.K > 0 && a.K <= kMaxTopK), "hc_post_dots: K = %d", a.K);
+  switch (hc) {
+    case 1: return launch<1>(a, stream);
+    case 2: return launch<2>(a, stream);
+    case 3: return launch<3>(a, stream);
+    default: return launch<4>(a, stream);
+  }
+}
+
+}  // namespace deepinfer::backend::cuda::hc_common
