@@ -371,6 +371,13 @@ TEST(CudaModel, MhcOnePassIsBitwiseTheSeparatePasses) {
         b += n;
       }
       EXPECT_GE(m.graph_replays(), 15u);
+      // Two layers: three boundaries a step (two attention posts, the first MoE post), each step
+      // enqueued eagerly or captured at least the 2 prefill chunks and the first two decode steps.
+      if (one_pass == 1) {
+        EXPECT_GE(m.one_pass_boundaries(), 4u * 3u);
+      } else {
+        EXPECT_EQ(m.one_pass_boundaries(), 0u);
+      }
     }
     const char* what = numerics == model::Numerics::kExact ? "exact" : "release";
     ASSERT_EQ(runs[0].size(), runs[1].size()) << what;

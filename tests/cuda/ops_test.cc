@@ -1217,9 +1217,10 @@ TEST(CudaOps, HcPostMoeIsCombineThenPostBitwise) {
 // the next block's hc_pre with its norm. For V4's shapes (and others whose warp ranges cut the
 // streams evenly) the post and the dots are one pass over X, which must give the bits of
 // hc_post / hc_post_moe, round_bf16 of X and hc_pre in turn: X, the collapsed and normed rows, post
-// and comb, with post and comb read and rewritten in place as the model does. Shapes: one token to a
-// prefill-sized 600 (dots' two-step batches), V4-Pro's D (7 steps a range), hc 1 and 2, and shapes or
-// buffers the one pass does not take (the same calls then run).
+// and comb, with post and comb read and rewritten in place as the model does, and the dots' partials.
+// Shapes: one token to a prefill-sized 600 (dots' two-step batches), V4-Pro's D (7 steps a range),
+// D 4352 (17 chunks a range: a last step with one chunk), hc 1, 2 and 3, and shapes or buffers the one
+// pass does not take (the same calls then run).
 TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
   SKIP_WITHOUT_CUDA_DEVICE();
   struct Case {
@@ -1233,7 +1234,9 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
                         Case{300, 4, 4096, true, true, 0, true}, Case{600, 4, 4096, false, false, 0, true},
                         Case{600, 4, 4096, true, false, 0, true}, Case{37, 4, 7168, true, false, 0, true},
                         Case{9, 2, 1024, false, true, 0, true}, Case{3, 1, 4096, true, true, 0, true},
-                        Case{6, 3, 96, true, false, 0, false}, Case{4, 4, 4096, false, false, 1, false}}) {
+                        Case{20, 4, 4352, true, false, 0, true}, Case{7, 3, 2048, false, false, 0, true},
+                        Case{6, 3, 96, true, false, 0, false}, Case{4, 4, 4096, false, false, 1, false},
+                        Case{4, 4, 4096, true, true, 1, false}}) {
     const std::string what = "hc_post_pre M " + std::to_string(c.M) + " hc " + std::to_string(c.hc) + " D " +
                              std::to_string(c.D) + (c.moe ? " moe" : " attention") + (c.round ? " round" : "") +
                              (c.offset ? " unaligned" : "");
@@ -1254,7 +1257,7 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
     DeviceBuffer<float> d_fn(d.w.fn.data, c.offset), d_base(d.w.base), d_scale(d.w.scale), d_nw(norm_w);
     const float* w_arg = c.round ? nullptr : d_w.get();  // release numerics weighted the rows before w2
     struct Out {
-      std::vector<float> X, collapsed, post, comb;
+      std::vector<float> X, collapsed, post, comb, part;
       std::vector<uint16_t> normed;
       bool one_pass = false;
     };
@@ -1292,6 +1295,7 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
       out.post = d_post.download();
       out.comb = d_comb.download();
       out.normed = d_normed.download();
+      out.part = d_ws.download();
       return out;
     };
     const Out want = run(false), got = run(true);
@@ -1299,6 +1303,7 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
     EXPECT_NE(want.X, d.X) << what << ": the post updated X";
     EXPECT_NE(want.post, post) << what << ": hc_pre rewrote post";
     EXPECT_TRUE(same_bits(got.X, want.X)) << what << ": X";
+    EXPECT_TRUE(same_bits(got.part, want.part)) << what << ": the dots' partials";
     EXPECT_TRUE(same_bits(got.collapsed, want.collapsed)) << what << ": collapsed";
     EXPECT_TRUE(same_bits(got.post, want.post)) << what << ": post";
     EXPECT_TRUE(same_bits(got.comb, want.comb)) << what << ": comb";

@@ -184,6 +184,7 @@ struct AttnLayout {
 // compute as for bf16 rows holding the decoded values.
 template <int D, int kMTiles, bool kFp8, bool kSplitP>
 __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const SinkAttentionParams p) {
+  prefetch_l2(p.sinks, static_cast<size_t>(p.H) * sizeof(float));
   pdl_prologue();
   using L = AttnLayout<D, kMTiles, kSplitP>;
   constexpr int kHeads = L::kHeads;
@@ -452,6 +453,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_kernel(const S
 //   top = max(sink, m_i), den = 2^(sink - top) + sum_i l_i 2^(m_i - top), out = sum_i O_i 2^(m_i - top) / den.
 // Grid (tokens, H), 128 threads x 4 columns.
 __global__ void __launch_bounds__(128) sink_attention_combine_kernel(const SinkAttentionParams p, int d) {
+  prefetch_l2(p.sinks, static_cast<size_t>(p.H) * sizeof(float));
   pdl_prologue();
   const int token = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const SplitPlan plan = split_plan(p.row_begin[token + 1] - p.row_begin[token]);

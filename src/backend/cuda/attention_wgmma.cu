@@ -118,6 +118,7 @@ __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a,
 
 template <bool kSplitP>
 __global__ void __launch_bounds__(kAttnThreads, 1) sink_attention_wgmma_kernel(const SinkAttentionParams p) {
+  prefetch_l2(p.sinks, static_cast<size_t>(p.H) * sizeof(float));
   pdl_prologue();
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)p;

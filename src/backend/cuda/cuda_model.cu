@@ -742,8 +742,9 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     } else {
       HcBlockOutput attn_out;
       attn_out.o = sub_out;
-      hc_post_pre(X, attn_out, T, hc, D, post, comb, rel, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale,
-                  c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &ffn_norm);
+      if (hc_post_pre(X, attn_out, T, hc, D, post, comb, rel, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale,
+                      c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &ffn_norm))
+        ++one_pass_count;
     }
     tap_bf(l, "ffn_in", normed, static_cast<size_t>(T) * D);
     const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
@@ -831,8 +832,9 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       const DevLayer& N = layers[l + 1];
       const HcNorm next_norm{N.attn_norm, eps, rel, normed};
       const HcBlockOutput moe_out{nullptr, y, row_of, route_sel, combine_w, ys, K, rel};
-      hc_post_pre(X, moe_out, T, hc, D, post, comb, rel, N.hc_attn.fn, N.hc_attn.base, N.hc_attn.scale,
-                  c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &next_norm);
+      if (hc_post_pre(X, moe_out, T, hc, D, post, comb, rel, N.hc_attn.fn, N.hc_attn.base, N.hc_attn.scale,
+                      c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &next_norm))
+        ++one_pass_count;
       attn_pre_done = true;
     } else {
       hc_post_moe(X, y, row_of, route_sel, combine_w, ys, T, K, hc, D, post, comb, rel, rel, s);
@@ -1064,6 +1066,7 @@ const model::StateCacheShape& CudaModel::cache_shape() const { return impl_->sha
 size_t CudaModel::weight_bytes() const { return impl_->weights_arena.bytes(); }
 uint64_t CudaModel::graph_replays() const { return impl_->replays; }
 uint64_t CudaModel::branched_steps() const { return impl_->branched; }
+uint64_t CudaModel::one_pass_boundaries() const { return impl_->one_pass_count; }
 void CudaModel::set_tap(Tap tap) { impl_->tap = std::move(tap); }
 
 }  // namespace deepinfer::backend::cuda

@@ -134,20 +134,17 @@ __device__ __forceinline__ void hc_store_cta_partials(const float* red, int tok0
   }
 }
 
-// hc_post of one chunk of one token: new stream k = post[k] * o + sum_j comb[j][k] old_j (j in
+// hc_post of one chunk of one token, output stream k: post[k] * o + sum_j comb[j][k] old_j (j in
 // increasing order, from 0), rounded to bf16 when round_x (release numerics' rounding of X).
 // pm: the token's post [HC]; cm: its comb [HC * HC].
 template <int HC>
-__device__ __forceinline__ void hc_post_values(const float4 (&old)[HC], float4 o, const float* __restrict__ pm,
-                                               const float* __restrict__ cm, bool round_x, float4 (&out)[HC]) {
+__device__ __forceinline__ float4 hc_post_value(const float4 (&old)[HC], float4 o, const float* pm, const float* cm,
+                                                int k, bool round_x) {
+  float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-  for (int k = 0; k < HC; ++k) {
-    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < HC; ++j) s = fma4(cm[j * HC + k], old[j], s);
-    out[k] = fma4(pm[k], o, s);
-    if (round_x) out[k] = round_bf16x4(out[k]);
-  }
+  for (int j = 0; j < HC; ++j) s = fma4(cm[j * HC + k], old[j], s);
+  const float4 v = fma4(pm[k], o, s);
+  return round_x ? round_bf16x4(v) : v;
 }
 
 // ---------------------------------------------------------------------------------------------

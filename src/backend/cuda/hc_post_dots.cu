@@ -5,7 +5,7 @@
 // its chain at each of these boundaries. hc_finish then sums the partials as after hc_dots.
 //
 // Same bits as the passes (tests/cuda/ops_test.cc checks it):
-//  * the new X values are hc_post_values of the same old values and block output (the combine in
+//  * the new X values are hc_post_value of the same old values and block output (the combine in
 //    moe_combine_chunk's order), so X and every chunk the dots read are hc_post's values;
 //  * warp range r of a token row gets the chunks hc_dots gives it, in the same step order, through
 //    the same hc_dots_chunk (a 16-row mma tile: an output row depends on its own input row only);
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
         if (fn_row[nt] != nullptr)
-          asm volatile("prefetch.global.L2 [%0];\n" ::"l"(fn_row[nt] + 4 * (static_cast<size_t>(i) * L.dq + cc)));
+          asm volatile("prefetch.L2 [%0];\n" ::"l"(fn_row[nt] + 4 * (static_cast<size_t>(i) * L.dq + cc)));
   }
   pdl_prologue();
 
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
       const int r = 8 * h + g, m = tok0 + r;
       if (k < L.cps && m < a.M) {
         float* const xm = a.X + static_cast<size_t>(m) * W + 4 * static_cast<size_t>(cc);
-        float4 old[HC], v[HC];
+        float4 old[HC];
 #pragma unroll
         for (int j = 0; j < HC; ++j) old[j] = *reinterpret_cast<const float4*>(xm + static_cast<size_t>(j) * D);
         float4 o;
@@ -126,12 +126,12 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
         } else {
           o = *reinterpret_cast<const float4*>(a.o + static_cast<size_t>(m) * D + 4 * static_cast<size_t>(cc));
         }
-        hc_post_values<HC>(old, o, a.post + static_cast<size_t>(m) * HC, a.comb + static_cast<size_t>(m) * HC * HC,
-                           a.round_x, v);
+        const float* pm = a.post + static_cast<size_t>(m) * HC;
+        const float* cm = a.comb + static_cast<size_t>(m) * HC * HC;
 #pragma unroll
         for (int j = 0; j < HC; ++j) {
-          *reinterpret_cast<float4*>(xm + static_cast<size_t>(j) * D) = v[j];
-          x[j][0][h] = v[j];
+          x[j][0][h] = hc_post_value<HC>(old, o, pm, cm, j, a.round_x);
+          *reinterpret_cast<float4*>(xm + static_cast<size_t>(j) * D) = x[j][0][h];
         }
       } else {
 #pragma unroll

@@ -119,6 +119,7 @@ __device__ __forceinline__ void rms_scale_store(const float* xr, size_t row, int
 
 __global__ void __launch_bounds__(kRmsThreads)
     rms_norm_kernel(const float* x, int n, const float* weight, float eps, float* y_f32, bf16* y_bf16, bool vec) {
+  prefetch_l2(weight, static_cast<size_t>(n) * sizeof(float));
   pdl_prologue();
   __shared__ float scratch[kRmsThreads / 32];
   const size_t row = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(n);
@@ -193,6 +194,7 @@ template <int kChunks>
 __global__ void __launch_bounds__(32 * kRmsWarpRows) rms_norm_warp_kernel(const float* x, int M, int n,
                                                                           const float* weight, float eps, float* y_f32,
                                                                           bf16* y_bf16, bool vec) {
+  prefetch_l2(weight, static_cast<size_t>(n) * sizeof(float));
   pdl_prologue();
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
@@ -237,6 +239,7 @@ __device__ __forceinline__ void load_rope_table(float* cos_sin, const float* __r
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* __restrict__ x, int heads, int head_dim, const int64_t* __restrict__ pos,
                 const float* __restrict__ inv_freq, int rope_dim, float attention_factor, bool inverse, bool vec) {
+  prefetch_l2(inv_freq, static_cast<size_t>(rope_dim / 2) * sizeof(float));
   pdl_prologue();
   extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
   const int half = rope_dim / 2;
@@ -262,6 +265,7 @@ __global__ void __launch_bounds__(kRopeThreads)
     rope_to_bf16_kernel(const float* __restrict__ x, int heads, int head_dim, const int64_t* __restrict__ pos,
                         const float* __restrict__ inv_freq, int rope_dim, float attention_factor, bf16* __restrict__ y,
                         bool vec) {
+  prefetch_l2(inv_freq, static_cast<size_t>(rope_dim / 2) * sizeof(float));
   pdl_prologue();
   extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
   const int half = rope_dim / 2;
@@ -555,6 +559,11 @@ __device__ __forceinline__ float4 collapse_chunk(const float* pre, const float4 
 
 template <int HC, int kMix, bool kHead, bool kRegs>
 __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(HcArgs a) {
+  // The mixes' base and scale and the fused norm's weight are read on the token's chain after the
+  // partials arrive: fetched into L2 while the dots run.
+  prefetch_l2(a.base, kMix * sizeof(float));
+  prefetch_l2(a.scale, (kHead ? 1 : 3) * sizeof(float));
+  if (a.normed != nullptr) prefetch_l2(a.norm_weight, static_cast<size_t>(a.D) * sizeof(float));
   pdl_prologue();
   constexpr int kVals = kMix + 1;
   __shared__ float total[kVals];
@@ -667,12 +676,11 @@ __device__ __forceinline__ void hc_post_chunk(float* X, int m, int D, int c, flo
   float* Xm = X + static_cast<size_t>(m) * HC * D;
   const float* pm = post + static_cast<size_t>(m) * HC;
   const float* Cm = comb + static_cast<size_t>(m) * HC * HC;
-  float4 old[HC], v[HC];
+  float4 old[HC];
 #pragma unroll
   for (int j = 0; j < HC; ++j) old[j] = load4(Xm + static_cast<size_t>(j) * D, c, D, vec);
-  hc_post_values<HC>(old, ov, pm, Cm, round_x, v);
 #pragma unroll
-  for (int k = 0; k < HC; ++k) store4(Xm + static_cast<size_t>(k) * D, c, D, vec, v[k]);
+  for (int k = 0; k < HC; ++k) store4(Xm + static_cast<size_t>(k) * D, c, D, vec, hc_post_value<HC>(old, ov, pm, Cm, k, round_x));
 }
 
 template <int HC>
@@ -812,6 +820,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
                      const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
                      const int32_t* __restrict__ tokens, float routed_scale, int* sel, float* w,
                      MoePermutation out) {
+  prefetch_l2(bias, static_cast<size_t>(E) * sizeof(float));
   pdl_prologue();
   __shared__ float score_s[kRouteWarps][kMaxExperts];
   __shared__ float biased_s[kRouteWarps][kMaxExperts];
@@ -1095,6 +1104,8 @@ __global__ void __launch_bounds__(32 * kRmsWarpRows)
     norm_rope_kernel(const float* x, int rows, int heads, int n, const float* weight, float eps, bool round_mid,
                      const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int rope_dim,
                      float attention_factor, float* y_f32, bf16* y_bf16) {
+  prefetch_l2(weight, static_cast<size_t>(n) * sizeof(float));
+  prefetch_l2(inv_freq, static_cast<size_t>(rope_dim / 2) * sizeof(float));
   pdl_prologue();
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int m = static_cast<int>(blockIdx.x) * kRmsWarpRows + static_cast<int>(threadIdx.x) / 32;
@@ -1328,7 +1339,8 @@ bool hc_post_pre(float* X, const HcBlockOutput& out, int M, int hc, int D, const
                  bool round_x, const float* fn, const float* base, const float* scale, int iters, float hc_eps,
                  float norm_eps, float* collapsed, float* next_post, float* next_comb, void* workspace,
                  cudaStream_t stream, const HcNorm* norm) {
-  if (M <= 0 || D <= 0) return false;
+  if (M <= 0) return false;
+  DI_CHECK(D > 0, "D = %d", D);
   DI_CHECK(workspace != nullptr, "hc_post_pre needs hc_workspace_bytes of workspace");
   const bool moe = out.o == nullptr;
   const bool all_aligned = aligned(X, 16) && aligned(fn, 16) && aligned(collapsed, 16) &&

@@ -51,6 +51,7 @@ struct WindowSource {
 // r == 0), then series B (or the whole width) of window r. Gates are re-read rather than kept in a
 // run-time indexed array, which would live in local memory.
 __global__ void compress_pool_kernel(StepView st, CompressorView cv, const NewRow* rows, float* out) {
+  prefetch_l2(cv.ape, static_cast<size_t>(cv.ratio) * cv.width * sizeof(float));
   pdl_prologue();
   const NewRow nr = rows[blockIdx.y];
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
@@ -223,6 +224,7 @@ __global__ void split_groups_vec4_kernel(const float* o, int T, int G, int gw, b
 __global__ void rope_inverse_split_groups_vec4_kernel(const float* o, int T, int H, int hd, const int64_t* pos,
                                                       const float* inv_freq, int rope_dim, float attention_factor,
                                                       int G, int gw, bf16* og) {
+  prefetch_l2(inv_freq, static_cast<size_t>(rope_dim / 2) * sizeof(float));
   pdl_prologue();
   const int t = static_cast<int>(blockIdx.y);
   const int j = 4 * static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
