@@ -343,7 +343,8 @@ TEST(CudaModel, ConcurrentBranchesAreBitwiseOneStreamAtRealDimensions) {
 // The mHC one pass (CudaModelOptions::mhc_one_pass) at V4-Flash dimensions: each post with the next
 // block's dot products in one pass over the streams (the attention posts and the first layer's MoE
 // post) gives bitwise the logits of the separate passes, in exact and release numerics (whose X and
-// combine roundings the one pass does too), for prefill chunks and one-token decode steps as graphs.
+// combine roundings the one pass does too): a prefill chunk of 80 tokens (streams updated in place),
+// one of 20 and one-token decode steps as graphs (streams alternating between two buffers).
 TEST(CudaModel, MhcOnePassIsBitwiseTheSeparatePasses) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ModelConfig c = v4_flash_dims_two_layers();
@@ -360,9 +361,9 @@ TEST(CudaModel, MhcOnePassIsBitwiseTheSeparatePasses) {
       ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
       CudaModel& m = **gpu;
       std::vector<float> part;
-      // 100 tokens in chunks of 50 (every row's logits), then 20 one-token steps.
+      // Chunks of 80 and 20 tokens (every row's logits), then 20 one-token steps.
       for (size_t b = 0; b < seq.size();) {
-        const size_t n = b < 100 ? 50 : 1;
+        const size_t n = b < 80 ? 80 : b < 100 ? 20 : 1;
         const SeqChunk sc{std::span<const int32_t>(seq).subspan(b, n), static_cast<int64_t>(b), 0, table,
                           n == 1 ? LogitRows::kLast : LogitRows::kAll};
         const Status st = m.forward(std::span<const SeqChunk>(&sc, 1), &part);
@@ -371,8 +372,8 @@ TEST(CudaModel, MhcOnePassIsBitwiseTheSeparatePasses) {
         b += n;
       }
       EXPECT_GE(m.graph_replays(), 15u);
-      // Two layers: three boundaries a step (two attention posts, the first MoE post), each step
-      // enqueued eagerly or captured at least the 2 prefill chunks and the first two decode steps.
+      // Two layers: three boundaries a step (two attention posts, the first MoE post); enqueued: the
+      // 2 prefill chunks, the first decode step (eager) and the second (captured).
       if (one_pass == 1) {
         EXPECT_GE(m.one_pass_boundaries(), 4u * 3u);
       } else {

@@ -1217,8 +1217,8 @@ TEST(CudaOps, HcPostMoeIsCombineThenPostBitwise) {
 // the next block's hc_pre with its norm. For V4's shapes (and others whose warp ranges cut the
 // streams evenly) the post and the dots are one pass over X, which must give the bits of
 // hc_post / hc_post_moe, round_bf16 of X and hc_pre in turn: X, the collapsed and normed rows, post
-// and comb, with post and comb read and rewritten in place as the model does, and the dots' partials.
-// Shapes: one token to a prefill-sized 600 (dots' two-step batches), V4-Pro's D (7 steps a range),
+// and comb, with post and comb read and rewritten in place as the model does, and the dots' partials;
+// with the new streams in place and in another buffer (hc_dots' grid, each lane its own stream). Shapes: one token to a prefill-sized 600 (dots' two-step batches), V4-Pro's D (7 steps a range),
 // D 4352 (17 chunks a range: a last step with one chunk), hc 1, 2 and 3, and shapes or buffers the one
 // pass does not take (the same calls then run).
 TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
@@ -1261,23 +1261,25 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
       std::vector<uint16_t> normed;
       bool one_pass = false;
     };
-    auto run = [&](bool fused) {
-      DeviceBuffer<float> d_X(d.X, c.offset), d_post(post), d_comb(comb);
+    // mode 0: the passes; 1: hc_post_pre in place; 2: hc_post_pre into another buffer.
+    auto run = [&](int mode) {
+      DeviceBuffer<float> d_X(d.X, c.offset), d_X_out(d.X.size(), c.offset), d_post(post), d_comb(comb);
+      float* const x_out = mode == 2 ? d_X_out.get() : d_X.get();
       DeviceBuffer<float> d_col(static_cast<size_t>(c.M) * c.D, c.offset);
       DeviceBuffer<uint16_t> d_normed(static_cast<size_t>(c.M) * c.D);
       DeviceBuffer<float> d_ws(hc_workspace_bytes(c.M, c.hc, c.D, false) / sizeof(float));
       const HcNorm norm{d_nw.get(), 1e-6f, c.round, as_bf16(d_normed)};
       Out out;
-      if (fused) {
+      if (mode > 0) {
         HcBlockOutput block;
         if (c.moe) {
           block = HcBlockOutput{nullptr, d_y.get(), d_row_of.get(), d_sel.get(), w_arg, d_shared.get(), K, c.round};
         } else {
           block.o = d_o.get();
         }
-        out.one_pass = hc_post_pre(d_X.get(), block, c.M, c.hc, c.D, d_post.get(), d_comb.get(), c.round, d_fn.get(),
-                                   d_base.get(), d_scale.get(), 20, 1e-6f, 1e-6f, d_col.get(), d_post.get(),
-                                   d_comb.get(), d_ws.get(), nullptr, &norm);
+        out.one_pass = hc_post_pre(d_X.get(), x_out, block, c.M, c.hc, c.D, d_post.get(), d_comb.get(), c.round,
+                                   d_fn.get(), d_base.get(), d_scale.get(), 20, 1e-6f, 1e-6f, d_col.get(),
+                                   d_post.get(), d_comb.get(), d_ws.get(), nullptr, &norm);
       } else {
         if (c.moe) {
           hc_post_moe(d_X.get(), d_y.get(), d_row_of.get(), d_sel.get(), w_arg, d_shared.get(), c.M, K, c.hc, c.D,
@@ -1290,7 +1292,7 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
                d_post.get(), d_comb.get(), d_ws.get(), nullptr, &norm);
       }
       sync();
-      out.X = d_X.download();
+      out.X = mode == 2 ? d_X_out.download() : d_X.download();
       out.collapsed = d_col.download();
       out.post = d_post.download();
       out.comb = d_comb.download();
@@ -1298,16 +1300,20 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
       out.part = d_ws.download();
       return out;
     };
-    const Out want = run(false), got = run(true);
-    EXPECT_EQ(got.one_pass, c.one_pass) << what;
+    const Out want = run(0);
     EXPECT_NE(want.X, d.X) << what << ": the post updated X";
     EXPECT_NE(want.post, post) << what << ": hc_pre rewrote post";
-    EXPECT_TRUE(same_bits(got.X, want.X)) << what << ": X";
-    EXPECT_TRUE(same_bits(got.part, want.part)) << what << ": the dots' partials";
-    EXPECT_TRUE(same_bits(got.collapsed, want.collapsed)) << what << ": collapsed";
-    EXPECT_TRUE(same_bits(got.post, want.post)) << what << ": post";
-    EXPECT_TRUE(same_bits(got.comb, want.comb)) << what << ": comb";
-    EXPECT_TRUE(got.normed == want.normed) << what << ": normed";
+    for (int mode = 1; mode <= 2; ++mode) {
+      const Out got = run(mode);
+      const std::string how = what + (mode == 1 ? ", in place" : ", into another buffer");
+      EXPECT_EQ(got.one_pass, c.one_pass) << how;
+      EXPECT_TRUE(same_bits(got.X, want.X)) << how << ": X";
+      EXPECT_TRUE(same_bits(got.part, want.part)) << how << ": the dots' partials";
+      EXPECT_TRUE(same_bits(got.collapsed, want.collapsed)) << how << ": collapsed";
+      EXPECT_TRUE(same_bits(got.post, want.post)) << how << ": post";
+      EXPECT_TRUE(same_bits(got.comb, want.comb)) << how << ": comb";
+      EXPECT_TRUE(got.normed == want.normed) << how << ": normed";
+    }
   }
 }
 

@@ -77,6 +77,8 @@ Status CudaModel::Impl::allocate_cache_and_work() {
   const size_t K = c.num_experts_per_tok, inter = c.moe_intermediate_size, inter_s = c.shared_intermediate();
   const size_t G = c.o_groups, R = c.o_lora_rank, nI = std::max(c.index_n_heads, 1), ih = std::max(c.index_head_dim, 1);
   DI_RETURN_IF_ERROR(A.alloc(&X, T * hc * D));
+  if (opt.mhc_one_pass)
+    DI_RETURN_IF_ERROR(A.alloc(&X_alt, std::min<size_t>(T, kOnePassOutOfPlaceMaxRows) * hc * D));
   DI_RETURN_IF_ERROR(A.alloc(&collapsed, T * D));
   DI_RETURN_IF_ERROR(A.alloc(&post, T * hc));
   DI_RETURN_IF_ERROR(A.alloc(&comb, T * hc * hc));
@@ -519,13 +521,18 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       side_open[k] = false;
     }
   };
-  embed(d_tokens, T, embed_table, D, hc, X, s);
-  rb(X, static_cast<size_t>(T) * hc * D);
+  // The residual streams [T, hc, D]: X, or X_alt after an out-of-place one-pass boundary (below).
+  float* Xs = X;
+  embed(d_tokens, T, embed_table, D, hc, Xs, s);
+  rb(Xs, static_cast<size_t>(T) * hc * D);
   // One pass (CudaModelOptions::mhc_one_pass): each mHC boundary inside the stack (a block's post,
   // the next block's pre) is one hc_post_pre, the post and the next pre's dot products in one pass
-  // over X, unless a tap must see X between them. attn_pre_done: the previous layer's MoE post
-  // already ran this layer's attention pre.
+  // over the streams, unless a tap must see them between the two. attn_pre_done: the previous
+  // layer's MoE post already ran this layer's attention pre. Steps of at most
+  // kOnePassOutOfPlaceMaxRows tokens write each boundary's new streams to the other buffer.
   const bool one_pass = opt.mhc_one_pass && !tap;
+  const bool out_of_place = one_pass && X_alt != nullptr && T <= kOnePassOutOfPlaceMaxRows;
+  auto next_streams = [&]() { return out_of_place ? (Xs == X ? X_alt : X) : Xs; };
   bool attn_pre_done = false;
   for (int l = 0; l < c.num_layers; ++l) {
     const DevLayer& L = layers[l];
@@ -539,7 +546,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // (+ (release) bf16 rounding of the collapsed rows and attn_norm into `normed`, fused where it can be)
     if (!attn_pre_done) {
       const HcNorm attn_norm{L.attn_norm, eps, rel, normed};
-      hc_pre(X, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
+      hc_pre(Xs, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
              post, comb, hc_ws, s, &attn_norm);
     }
     tap_bf(l, "attn_in", normed, static_cast<size_t>(T) * D);
@@ -734,17 +741,19 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // mHC post, then the MoE block's pre (DeepSeekV4::moe).
     const HcNorm ffn_norm{L.ffn_norm, eps, rel, normed};
     if (!one_pass) {
-      hc_post(X, sub_out, T, hc, D, post, comb, s);
-      rb(X, static_cast<size_t>(T) * hc * D);
-      tap_f32(l, "h_mid", X, static_cast<size_t>(T) * hc * D);
-      hc_pre(X, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
+      hc_post(Xs, sub_out, T, hc, D, post, comb, s);
+      rb(Xs, static_cast<size_t>(T) * hc * D);
+      tap_f32(l, "h_mid", Xs, static_cast<size_t>(T) * hc * D);
+      hc_pre(Xs, T, hc, D, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
              post, comb, hc_ws, s, &ffn_norm);
     } else {
       HcBlockOutput attn_out;
       attn_out.o = sub_out;
-      if (hc_post_pre(X, attn_out, T, hc, D, post, comb, rel, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale,
+      float* const to = next_streams();
+      if (hc_post_pre(Xs, to, attn_out, T, hc, D, post, comb, rel, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale,
                       c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &ffn_norm))
         ++one_pass_count;
+      Xs = to;
     }
     tap_bf(l, "ffn_in", normed, static_cast<size_t>(T) * D);
     const int E = c.n_routed_experts, K = c.num_experts_per_tok, inter = c.moe_intermediate_size;
@@ -826,25 +835,27 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       moe_combine(y, row_of, route_sel, combine_w, ys, T, K, D, sub_out, s);
       rb(sub_out, static_cast<size_t>(T) * D);
       tap_f32(l, "ffn_out", sub_out, static_cast<size_t>(T) * D);
-      hc_post(X, sub_out, T, hc, D, post, comb, s);
-      rb(X, static_cast<size_t>(T) * hc * D);
+      hc_post(Xs, sub_out, T, hc, D, post, comb, s);
+      rb(Xs, static_cast<size_t>(T) * hc * D);
     } else if (one_pass && l + 1 < c.num_layers) {  // with the next layer's attention pre
       const DevLayer& N = layers[l + 1];
       const HcNorm next_norm{N.attn_norm, eps, rel, normed};
       const HcBlockOutput moe_out{nullptr, y, row_of, route_sel, combine_w, ys, K, rel};
-      if (hc_post_pre(X, moe_out, T, hc, D, post, comb, rel, N.hc_attn.fn, N.hc_attn.base, N.hc_attn.scale,
+      float* const to = next_streams();
+      if (hc_post_pre(Xs, to, moe_out, T, hc, D, post, comb, rel, N.hc_attn.fn, N.hc_attn.base, N.hc_attn.scale,
                       c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &next_norm))
         ++one_pass_count;
+      Xs = to;
       attn_pre_done = true;
     } else {
-      hc_post_moe(X, y, row_of, route_sel, combine_w, ys, T, K, hc, D, post, comb, rel, rel, s);
+      hc_post_moe(Xs, y, row_of, route_sel, combine_w, ys, T, K, hc, D, post, comb, rel, rel, s);
     }
-    tap_f32(l, "h_out", X, static_cast<size_t>(T) * hc * D);
+    tap_f32(l, "h_out", Xs, static_cast<size_t>(T) * hc * D);
   }
   // Head: only the rows that produce logits.
   if (NR > 0) {
     const HcNorm head_norm{final_norm, eps, rel, head_in_bf};
-    hc_head(X, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in,
+    hc_head(Xs, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in,
             hc_ws, s, &head_norm);
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
     if (want_greedy) greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, greedy_ws, s);

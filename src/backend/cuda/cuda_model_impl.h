@@ -91,6 +91,10 @@ constexpr int kSplitMaxRows = 256;
 // (CudaModelOptions::concurrent_branches); only with the gemm_split forms (whose one launch makes
 // every input of both chains). Larger steps fill the GPU with each kernel already.
 constexpr int kBranchMaxRows = 64;
+// With the mHC one pass (CudaModelOptions::mhc_one_pass), steps of at most this many tokens write
+// each boundary's new streams to the other of X / X_alt (hc_post_pre out of place: hc times the CTAs,
+// each stream's lanes reading the old streams from L2), larger ones update X in place. Not measured.
+constexpr int kOnePassOutOfPlaceMaxRows = 64;
 
 struct DevLayer {
   DevHyperConn hc_attn, hc_ffn;
@@ -185,6 +189,7 @@ struct CudaModel::Impl {
 
   // Activations, sized for opt.max_step_tokens tokens.
   float *X = nullptr, *collapsed = nullptr, *post = nullptr, *comb = nullptr, *sub_out = nullptr;
+  float* X_alt = nullptr;  // mhc_one_pass: X's twin for steps of <= kOnePassOutOfPlaceMaxRows tokens
   bf16* normed = nullptr;
   bf16* xq = nullptr;  // release: a GEMM input rounded through FP8 (blocks of 128)
   uint8_t* act_fp8 = nullptr;  // fp8_gemm: a GEMM input as e4m3 codes [T, K] ...

@@ -196,12 +196,15 @@ __device__ __forceinline__ float4 moe_combine_chunk(const float* __restrict__ y,
 
 // ---------------------------------------------------------------------------------------------
 // hc_post_dots (hc_post_dots.cu): the post that closes a block, then the next hc_pre's dots, in one
-// pass over X. CTA (tile, s') takes the tile's 16 tokens and, in every stream i, warp range
-// i * (8 S / hc) + 8 s' + warp: the same columns of all hc streams, so each lane reads the hc old
-// chunks the post of its chunk needs once and updates them in place. Each range's partial is
-// hc_dots' partial of CTA i * (S / hc) + s' (same chunks through hc_dots_chunk, same warp-order sum).
+// pass over X. In place (X_out == X): CTA (tile, s') takes the tile's 16 tokens and, in every stream
+// i, warp range i * (8 S / hc) + 8 s' + warp: the same columns of all hc streams, so each lane reads
+// the hc old chunks the post of its chunk needs once and updates them in place. Out of place (small
+// M): hc_dots' grid, a lane writing its own stream's chunk to X_out from the hc old chunks in X (read
+// hc times, from L2). Either way each range's partial is hc_dots' partial of the same CTA index
+// (same chunks through hc_dots_chunk, same warp-order sum).
 struct HcPostDotsArgs {
-  float* X;  // [M, hc, D], updated in place
+  const float* X;  // [M, hc, D]: the streams before the post
+  float* X_out;    // [M, hc, D]: after it (X itself: in place)
   int M, D;
   // The closing block's output: o [M, D] (attention), or the MoE combine of y / row_of / sel / w /
   // shared (o == nullptr), rounded to bf16 when round_o.

@@ -26,50 +26,61 @@ using namespace ops_common;
 
 constexpr int kTileRows = 16;  // tokens a CTA takes: one m16 tile
 
-// The warp layout of a call: this warp's range q (of `per_stream`) in every stream, of `cps` chunks.
+// The warp layout of a call: this warp's range q (of `per_stream`) in its stream(s), of `cps` chunks.
+// kOwnStream: CTA y is hc_dots' CTA y (stream y / (S / hc)); else CTA y takes range 8 y + warp of
+// every stream.
 struct RangeLayout {
-  int dq, per_stream, cps, q, steps;
+  int dq, per_stream, cps, q, steps, stream;
 };
-template <int HC>
+template <int HC, bool kOwnStream>
 __device__ __forceinline__ RangeLayout range_layout(int D, int splits) {
   RangeLayout r;
   r.dq = D / 4;
   r.per_stream = splits / HC * kHcWarps;
   r.cps = r.dq / r.per_stream;
-  r.q = static_cast<int>(blockIdx.y) * kHcWarps + static_cast<int>(threadIdx.x) / 32;
+  const int y = static_cast<int>(blockIdx.y), per_stream_ctas = splits / HC;
+  r.stream = kOwnStream ? y / per_stream_ctas : 0;
+  r.q = (kOwnStream ? y % per_stream_ctas : y) * kHcWarps + static_cast<int>(threadIdx.x) / 32;
   r.steps = ceil_div(r.cps, 4);
   return r;
 }
 
 // HC streams (<= 4), kMix mixes, kMoe: the block output is the MoE combine (else a.o).
-template <int HC, int kMix, bool kMoe>
+// kOwnStream (a.X_out != a.X): a CTA's warps take one range each, of one stream, as hc_dots' do; a
+// lane reads the hc old chunks of its column and writes its own stream's new chunk to X_out (X is
+// only read, so no CTA can see another's new values). Else (in place) kSets = hc ranges a warp, one
+// column block of every stream.
+template <int HC, int kMix, bool kMoe, bool kOwnStream>
 __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsArgs a) {
   constexpr int kVals = kMix + 1;
   constexpr int kNT = (kMix + 7) / 8;
+  constexpr int kSets = kOwnStream ? 1 : HC;  // ranges a warp accumulates
   __shared__ float red[kHcWarps * kTileRows * kVals];
   __shared__ int order_row[kMoe ? kTileRows : 1][kMaxTopK];
   __shared__ float order_w[kMoe ? kTileRows : 1][kMaxTopK];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, t = lane % 4, g = lane / 4;
   const int D = a.D;
   const size_t W = static_cast<size_t>(HC) * D;
-  const RangeLayout L = range_layout<HC>(D, a.splits);
+  const RangeLayout L = range_layout<HC, kOwnStream>(D, a.splits);
   const int tok0 = static_cast<int>(blockIdx.x) * kTileRows;
+  // The stream of range set i.
+  const auto stream_of = [&](int i) { return kOwnStream ? L.stream : i; };
 
-  // This lane's fn rows 8 nt + g (zeros past kMix), at chunk i dq + cc for range i's chunk cc.
+  // This lane's fn rows 8 nt + g (zeros past kMix), at chunk i dq + cc for stream i's chunk cc.
   const float* fn_row[kNT];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) fn_row[nt] = 8 * nt + g < kMix ? a.fn + static_cast<size_t>(8 * nt + g) * W : nullptr;
-  // A step's chunk of this lane in its range (k), and whether the range has it.
+  // A step's chunk of this lane in its range (k); the range has it while k < cps.
   const auto chunk_of = [&](int step) { return 4 * step + t; };
-  float4 f[HC][kNT];
+  float4 f[kSets][kNT];
   const auto load_fn = [&](int step) {
     const int k = chunk_of(step), cc = L.q * L.cps + k;
 #pragma unroll
-    for (int i = 0; i < HC; ++i)
+    for (int i = 0; i < kSets; ++i)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
         f[i][nt] = k < L.cps && fn_row[nt] != nullptr
-                       ? *reinterpret_cast<const float4*>(fn_row[nt] + 4 * (static_cast<size_t>(i) * L.dq + cc))
+                       ? *reinterpret_cast<const float4*>(fn_row[nt] + 4 * (static_cast<size_t>(stream_of(i)) * L.dq + cc))
                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   };
   // fn is a weight (no kernel writes it): the first step's chunks load, and the later steps' are
@@ -80,11 +91,11 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     const int k = chunk_of(step), cc = L.q * L.cps + k;
     if (k >= L.cps) continue;
 #pragma unroll
-    for (int i = 0; i < HC; ++i)
+    for (int i = 0; i < kSets; ++i)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
         if (fn_row[nt] != nullptr)
-          asm volatile("prefetch.L2 [%0];\n" ::"l"(fn_row[nt] + 4 * (static_cast<size_t>(i) * L.dq + cc)));
+          asm volatile("prefetch.L2 [%0];\n" ::"l"(fn_row[nt] + 4 * (static_cast<size_t>(stream_of(i)) * L.dq + cc)));
   }
   pdl_prologue();
 
@@ -94,10 +105,10 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     __syncthreads();
   }
 
-  float acc[HC][1][kNT][4];
-  float ssq[HC][1][2];
+  float acc[kSets][1][kNT][4];
+  float ssq[kSets][1][2];
 #pragma unroll
-  for (int i = 0; i < HC; ++i) {
+  for (int i = 0; i < kSets; ++i) {
     ssq[i][0][0] = ssq[i][0][1] = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -109,15 +120,15 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     const int k = chunk_of(step), cc = L.q * L.cps + k;
     // The new streams at this chunk of the lane's rows g (h = 0) and g + 8 (h = 1); zeros for
     // absent rows and past the range, as hc_dots loads them.
-    float4 x[HC][1][2];
+    float4 x[kSets][1][2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = 8 * h + g, m = tok0 + r;
       if (k < L.cps && m < a.M) {
-        float* const xm = a.X + static_cast<size_t>(m) * W + 4 * static_cast<size_t>(cc);
+        const size_t at = static_cast<size_t>(m) * W + 4 * static_cast<size_t>(cc);
         float4 old[HC];
 #pragma unroll
-        for (int j = 0; j < HC; ++j) old[j] = *reinterpret_cast<const float4*>(xm + static_cast<size_t>(j) * D);
+        for (int j = 0; j < HC; ++j) old[j] = *reinterpret_cast<const float4*>(a.X + at + static_cast<size_t>(j) * D);
         float4 o;
         if constexpr (kMoe) {
           o = moe_combine_chunk(a.y, order_row[r], order_w[r], a.w != nullptr,
@@ -129,38 +140,49 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
         const float* pm = a.post + static_cast<size_t>(m) * HC;
         const float* cm = a.comb + static_cast<size_t>(m) * HC * HC;
 #pragma unroll
-        for (int j = 0; j < HC; ++j) {
-          x[j][0][h] = hc_post_value<HC>(old, o, pm, cm, j, a.round_x);
-          *reinterpret_cast<float4*>(xm + static_cast<size_t>(j) * D) = x[j][0][h];
+        for (int i = 0; i < kSets; ++i) {
+          const int j = stream_of(i);
+          x[i][0][h] = hc_post_value<HC>(old, o, pm, cm, j, a.round_x);
+          *reinterpret_cast<float4*>(a.X_out + at + static_cast<size_t>(j) * D) = x[i][0][h];
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < HC; ++j) x[j][0][h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int i = 0; i < kSets; ++i) x[i][0][h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
     }
 #pragma unroll
-    for (int i = 0; i < HC; ++i) hc_dots_chunk<1, kNT>(x[i], f[i], acc[i], ssq[i]);
+    for (int i = 0; i < kSets; ++i) hc_dots_chunk<1, kNT>(x[i], f[i], acc[i], ssq[i]);
   }
 
-  // Range i's partials are those of hc_dots' CTA i * (S / hc) + s', one range set at a time.
+  // Set i's partials are those of hc_dots' CTA stream_of(i) * (S / hc) + (its range block), one set
+  // at a time.
+  const int per_stream_ctas = a.splits / HC;
 #pragma unroll
-  for (int i = 0; i < HC; ++i) {
+  for (int i = 0; i < kSets; ++i) {
     if (i > 0) __syncthreads();  // the previous set's sums are read
     hc_store_warp_partials<1, kNT, kMix>(acc[i], ssq[i], red);
     __syncthreads();
-    hc_store_cta_partials<1, kMix>(red, tok0, a.M, a.splits, i * (a.splits / HC) + static_cast<int>(blockIdx.y),
+    hc_store_cta_partials<1, kMix>(red, tok0, a.M, a.splits, stream_of(i) * per_stream_ctas + L.q / kHcWarps,
                                    a.part);
   }
 }
 
+template <int HC, bool kOwnStream>
+void launch_form(const HcPostDotsArgs& a, cudaStream_t stream) {
+  constexpr int kMix = (2 + HC) * HC;
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.M, kTileRows)),
+                  static_cast<unsigned>(kOwnStream ? a.splits : a.splits / HC));
+  if (a.o != nullptr)
+    hc_post_dots_kernel<HC, kMix, false, kOwnStream><<<grid, kHcThreads, 0, stream>>>(a);
+  else
+    hc_post_dots_kernel<HC, kMix, true, kOwnStream><<<grid, kHcThreads, 0, stream>>>(a);
+}
 template <int HC>
 void launch(const HcPostDotsArgs& a, cudaStream_t stream) {
-  constexpr int kMix = (2 + HC) * HC;
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.M, kTileRows)), static_cast<unsigned>(a.splits / HC));
-  if (a.o != nullptr)
-    hc_post_dots_kernel<HC, kMix, false><<<grid, kHcThreads, 0, stream>>>(a);
+  if (a.X_out != a.X)
+    launch_form<HC, true>(a, stream);
   else
-    hc_post_dots_kernel<HC, kMix, true><<<grid, kHcThreads, 0, stream>>>(a);
+    launch_form<HC, false>(a, stream);
 }
 
 }  // namespace

@@ -1335,15 +1335,16 @@ void hc_post_moe(float* X, const float* y, const int* row_of, const int* sel, co
   });
 }
 
-bool hc_post_pre(float* X, const HcBlockOutput& out, int M, int hc, int D, const float* post, const float* comb,
-                 bool round_x, const float* fn, const float* base, const float* scale, int iters, float hc_eps,
-                 float norm_eps, float* collapsed, float* next_post, float* next_comb, void* workspace,
+bool hc_post_pre(float* X, float* X_out, const HcBlockOutput& out, int M, int hc, int D, const float* post,
+                 const float* comb, bool round_x, const float* fn, const float* base, const float* scale, int iters,
+                 float hc_eps, float norm_eps, float* collapsed, float* next_post, float* next_comb, void* workspace,
                  cudaStream_t stream, const HcNorm* norm) {
   if (M <= 0) return false;
   DI_CHECK(D > 0, "D = %d", D);
   DI_CHECK(workspace != nullptr, "hc_post_pre needs hc_workspace_bytes of workspace");
   const bool moe = out.o == nullptr;
-  const bool all_aligned = aligned(X, 16) && aligned(fn, 16) && aligned(collapsed, 16) &&
+  DI_CHECK(X_out != nullptr, "hc_post_pre: X_out is null (X itself for in place)");
+  const bool all_aligned = aligned(X, 16) && aligned(X_out, 16) && aligned(fn, 16) && aligned(collapsed, 16) &&
                            (moe ? aligned(out.y, 16) && (out.shared == nullptr || aligned(out.shared, 16))
                                 : aligned(out.o, 16));
   if (!hc_post_dots_fits(hc, D, all_aligned)) {
@@ -1354,20 +1355,23 @@ bool hc_post_pre(float* X, const HcBlockOutput& out, int M, int hc, int D, const
       hc_post(X, out.o, M, hc, D, post, comb, stream);
       if (round_x) round_bf16(X, static_cast<size_t>(M) * hc * D, stream);
     }
-    hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, next_post, next_comb, workspace, stream,
-           norm);
+    if (X_out != X)
+      CUDA_CHECK(cudaMemcpyAsync(X_out, X, static_cast<size_t>(M) * hc * D * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 stream));
+    hc_pre(X_out, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, next_post, next_comb, workspace,
+           stream, norm);
     return false;
   }
   const int splits = hc_splits(hc, D);
   float* const part = static_cast<float*>(workspace);
-  const HcPostDotsArgs pd{X,         M,           D,         out.o,   out.y, out.row_of, out.sel, out.w, out.shared,
-                          out.K,     out.round_o, round_x,   post,    comb,  fn,         splits,  part};
+  const HcPostDotsArgs pd{X,          X_out, M,     D,          out.o,   out.y, out.row_of, out.sel, out.w,
+                          out.shared, out.K, out.round_o, round_x, post, comb,  fn,         splits,  part};
   launch_hc_post_dots(hc, pd, stream);
   with_hc(hc, [&](auto hc_constant) {
     constexpr int HC = decltype(hc_constant)::value;
     constexpr int kMix = (2 + HC) * HC;
-    HcArgs args{X, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, next_post, next_comb, true,
-                splits, part};
+    HcArgs args{X_out, nullptr, M, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, next_post, next_comb,
+                true,  splits,  part};
     const bool fused = fuse_hc_norm(args, norm);
     launch_hc_finish<HC, kMix, false>(args, stream);
     if (!fused) hc_norm_passes(collapsed, M, D, norm, stream);

@@ -131,12 +131,14 @@ struct HcBlockOutput {
 // One mHC boundary: hc_post of `out` into X (hc_post_moe for a MoE output), X rounded to bf16 when
 // round_x, then hc_pre of the new X for the next block (fn ... norm as for hc_pre; next_post and
 // next_comb may be `post` and `comb`: they are written after the last read) — the same bits as those
-// calls in turn. Where hc <= 4, D % 4 == 0 and every buffer is 16-byte aligned (V4's shapes), the post
-// and the next block's dot products are one pass over X (hc_post_dots: X read and written once) and
-// it returns true; otherwise it makes those calls and returns false.
-bool hc_post_pre(float* X, const HcBlockOutput& out, int M, int hc, int D, const float* post, const float* comb,
-                 bool round_x, const float* fn, const float* base, const float* scale, int iters, float hc_eps,
-                 float norm_eps, float* collapsed, float* next_post, float* next_comb, void* workspace,
+// calls in turn. The new streams go to X_out: X itself (in place), or another [M, hc, D] buffer (X's
+// contents are then unspecified afterwards), which lets small steps spread the pass over hc times
+// more CTAs. Where hc <= 4, D % 4 == 0 and every buffer is 16-byte aligned (V4's shapes), the post
+// and the next block's dot products are one pass (hc_post_dots: X read and written once) and it
+// returns true; otherwise it makes those calls (then a copy to X_out) and returns false.
+bool hc_post_pre(float* X, float* X_out, const HcBlockOutput& out, int M, int hc, int D, const float* post,
+                 const float* comb, bool round_x, const float* fn, const float* base, const float* scale, int iters,
+                 float hc_eps, float norm_eps, float* collapsed, float* next_post, float* next_comb, void* workspace,
                  cudaStream_t stream, const HcNorm* norm = nullptr);
 
 // rope(x, ..., inverse = false) then to_bf16 of the M rows into y [M, heads * head_dim], in one pass,
