@@ -376,6 +376,7 @@ TEST(CudaModel, MhcOnePassIsBitwiseTheSeparatePasses) {
       // 2 prefill chunks, the first decode step (eager) and the second (captured).
       if (one_pass == 1) {
         EXPECT_GE(m.one_pass_boundaries(), 4u * 3u);
+        EXPECT_EQ(m.one_pass_boundaries() - m.one_pass_out_of_place_boundaries(), 3u);  // the 80-token chunk
       } else {
         EXPECT_EQ(m.one_pass_boundaries(), 0u);
       }

@@ -1218,9 +1218,10 @@ TEST(CudaOps, HcPostMoeIsCombineThenPostBitwise) {
 // streams evenly) the post and the dots are one pass over X, which must give the bits of
 // hc_post / hc_post_moe, round_bf16 of X and hc_pre in turn: X, the collapsed and normed rows, post
 // and comb, with post and comb read and rewritten in place as the model does, and the dots' partials;
-// with the new streams in place and in another buffer (hc_dots' grid, each lane its own stream). Shapes: one token to a prefill-sized 600 (dots' two-step batches), V4-Pro's D (7 steps a range),
-// D 4352 (17 chunks a range: a last step with one chunk), hc 1, 2 and 3, and shapes or buffers the one
-// pass does not take (the same calls then run).
+// with the new streams in place and in another buffer (hc_dots' grid, each lane its own stream; X
+// then only read). Shapes: one token to a prefill-sized 600 (dots' two-step batches), V4-Pro's D (7
+// steps a range), D 4352 (17 chunks a range: a last step with one chunk), hc 1, 2 and 3, and shapes
+// or buffers the one pass does not take (the same calls then run; also an unaligned X_out alone).
 TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
   SKIP_WITHOUT_CUDA_DEVICE();
   struct Case {
@@ -1257,14 +1258,16 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
     DeviceBuffer<float> d_fn(d.w.fn.data, c.offset), d_base(d.w.base), d_scale(d.w.scale), d_nw(norm_w);
     const float* w_arg = c.round ? nullptr : d_w.get();  // release numerics weighted the rows before w2
     struct Out {
-      std::vector<float> X, collapsed, post, comb, part;
+      std::vector<float> X, X_in, collapsed, post, comb, part;
       std::vector<uint16_t> normed;
       bool one_pass = false;
     };
-    // mode 0: the passes; 1: hc_post_pre in place; 2: hc_post_pre into another buffer.
+    // mode 0: the passes; 1: hc_post_pre in place; 2: hc_post_pre into another buffer; 3: into an
+    // unaligned one (the passes then run, and a copy).
     auto run = [&](int mode) {
-      DeviceBuffer<float> d_X(d.X, c.offset), d_X_out(d.X.size(), c.offset), d_post(post), d_comb(comb);
-      float* const x_out = mode == 2 ? d_X_out.get() : d_X.get();
+      DeviceBuffer<float> d_X(d.X, c.offset), d_X_out(d.X.size(), mode == 3 ? 1 : c.offset), d_post(post),
+          d_comb(comb);
+      float* const x_out = mode >= 2 ? d_X_out.get() : d_X.get();
       DeviceBuffer<float> d_col(static_cast<size_t>(c.M) * c.D, c.offset);
       DeviceBuffer<uint16_t> d_normed(static_cast<size_t>(c.M) * c.D);
       DeviceBuffer<float> d_ws(hc_workspace_bytes(c.M, c.hc, c.D, false) / sizeof(float));
@@ -1292,7 +1295,8 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
                d_post.get(), d_comb.get(), d_ws.get(), nullptr, &norm);
       }
       sync();
-      out.X = mode == 2 ? d_X_out.download() : d_X.download();
+      out.X = mode >= 2 ? d_X_out.download() : d_X.download();
+      if (mode == 2 && out.one_pass) out.X_in = d_X.download();
       out.collapsed = d_col.download();
       out.post = d_post.download();
       out.comb = d_comb.download();
@@ -1303,10 +1307,15 @@ TEST(CudaOps, HcPostPreIsPostThenPreBitwise) {
     const Out want = run(0);
     EXPECT_NE(want.X, d.X) << what << ": the post updated X";
     EXPECT_NE(want.post, post) << what << ": hc_pre rewrote post";
-    for (int mode = 1; mode <= 2; ++mode) {
+    for (int mode = 1; mode <= 3; ++mode) {
       const Out got = run(mode);
-      const std::string how = what + (mode == 1 ? ", in place" : ", into another buffer");
-      EXPECT_EQ(got.one_pass, c.one_pass) << how;
+      const std::string how = what + (mode == 1   ? ", in place"
+                                      : mode == 2 ? ", into another buffer"
+                                                  : ", into an unaligned buffer");
+      EXPECT_EQ(got.one_pass, c.one_pass && mode < 3) << how;
+      if (!got.X_in.empty()) {
+        EXPECT_TRUE(same_bits(got.X_in, d.X)) << how << ": X only read";
+      }
       EXPECT_TRUE(same_bits(got.X, want.X)) << how << ": X";
       EXPECT_TRUE(same_bits(got.part, want.part)) << how << ": the dots' partials";
       EXPECT_TRUE(same_bits(got.collapsed, want.collapsed)) << how << ": collapsed";

@@ -752,7 +752,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       float* const to = next_streams();
       if (hc_post_pre(Xs, to, attn_out, T, hc, D, post, comb, rel, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale,
                       c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &ffn_norm))
-        ++one_pass_count;
+        ++(to != Xs ? out_of_place_count : one_pass_count);
       Xs = to;
     }
     tap_bf(l, "ffn_in", normed, static_cast<size_t>(T) * D);
@@ -844,7 +844,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       float* const to = next_streams();
       if (hc_post_pre(Xs, to, moe_out, T, hc, D, post, comb, rel, N.hc_attn.fn, N.hc_attn.base, N.hc_attn.scale,
                       c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &next_norm))
-        ++one_pass_count;
+        ++(to != Xs ? out_of_place_count : one_pass_count);
       Xs = to;
       attn_pre_done = true;
     } else {
@@ -1077,7 +1077,8 @@ const model::StateCacheShape& CudaModel::cache_shape() const { return impl_->sha
 size_t CudaModel::weight_bytes() const { return impl_->weights_arena.bytes(); }
 uint64_t CudaModel::graph_replays() const { return impl_->replays; }
 uint64_t CudaModel::branched_steps() const { return impl_->branched; }
-uint64_t CudaModel::one_pass_boundaries() const { return impl_->one_pass_count; }
+uint64_t CudaModel::one_pass_boundaries() const { return impl_->one_pass_count + impl_->out_of_place_count; }
+uint64_t CudaModel::one_pass_out_of_place_boundaries() const { return impl_->out_of_place_count; }
 void CudaModel::set_tap(Tap tap) { impl_->tap = std::move(tap); }
 
 }  // namespace deepinfer::backend::cuda

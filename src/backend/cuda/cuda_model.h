@@ -127,9 +127,11 @@ class CudaModel {
   // where a layer's projections form gemm_split sets) so far, graph replays included
   // (observability, tests).
   uint64_t branched_steps() const;
-  // mHC boundaries enqueued as one pass (CudaModelOptions::mhc_one_pass, ops.h hc_post_pre) so far:
-  // eager steps and graph captures, not replays (observability, tests).
+  // mHC boundaries enqueued as one pass (CudaModelOptions::mhc_one_pass, ops.h hc_post_pre) so far,
+  // all of them and those whose new streams went to the other buffer (steps of <= 64 tokens): eager
+  // steps and graph captures, not replays (observability, tests).
   uint64_t one_pass_boundaries() const;
+  uint64_t one_pass_out_of_place_boundaries() const;
 
   // Diagnostics, model::DeepSeekV4::set_tap's contract on the GPU: when set, forward() runs eagerly
   // (no graphs) and hands the tap, on the host and as fp32, the step's "L{l}.attn_in" [T, D],

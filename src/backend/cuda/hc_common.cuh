@@ -176,8 +176,8 @@ __device__ __forceinline__ void moe_order_token(const int* __restrict__ row_of, 
 // Chunk c of a token's combined output: its rows y[order_row[q]] added in q order (weighted by
 // order_w[q] when `weighted`), then + the token's shared-expert row when shared_row is non-null.
 __device__ __forceinline__ float4 moe_combine_chunk(const float* __restrict__ y, const int* order_row,
-                                                    const float* order_w, bool weighted, const float* shared_row,
-                                                    int K, int D, bool vec, int c) {
+                                                    const float* order_w, bool weighted, const float* shared_row, int K,
+                                                    int D, bool vec, int c) {
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int q = 0; q < K; ++q) {
     const float4 yv = load4(y + static_cast<size_t>(order_row[q]) * D, c, D, vec);

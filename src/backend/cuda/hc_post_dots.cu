@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
   // This lane's fn rows 8 nt + g (zeros past kMix), at chunk i dq + cc for stream i's chunk cc.
   const float* fn_row[kNT];
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) fn_row[nt] = 8 * nt + g < kMix ? a.fn + static_cast<size_t>(8 * nt + g) * W : nullptr;
+  for (int nt = 0; nt < kNT; ++nt)
+    fn_row[nt] = 8 * nt + g < kMix ? a.fn + static_cast<size_t>(8 * nt + g) * W : nullptr;
   // A step's chunk of this lane in its range (k); the range has it while k < cps.
   const auto chunk_of = [&](int step) { return 4 * step + t; };
   float4 f[kSets][kNT];
@@ -79,9 +80,10 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     for (int i = 0; i < kSets; ++i)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
-        f[i][nt] = k < L.cps && fn_row[nt] != nullptr
-                       ? *reinterpret_cast<const float4*>(fn_row[nt] + 4 * (static_cast<size_t>(stream_of(i)) * L.dq + cc))
-                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        f[i][nt] =
+            k < L.cps && fn_row[nt] != nullptr
+                ? *reinterpret_cast<const float4*>(fn_row[nt] + 4 * (static_cast<size_t>(stream_of(i)) * L.dq + cc))
+                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   };
   // fn is a weight (no kernel writes it): the first step's chunks load, and the later steps' are
   // fetched into L2, before the wait for the kernels this one depends on (a decode step's graph
@@ -132,7 +134,8 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
         float4 o;
         if constexpr (kMoe) {
           o = moe_combine_chunk(a.y, order_row[r], order_w[r], a.w != nullptr,
-                                a.shared != nullptr ? a.shared + static_cast<size_t>(m) * D : nullptr, a.K, D, true, cc);
+                                a.shared != nullptr ? a.shared + static_cast<size_t>(m) * D : nullptr, a.K, D, true,
+                                cc);
           if (a.round_o) o = round_bf16x4(o);
         } else {
           o = *reinterpret_cast<const float4*>(a.o + static_cast<size_t>(m) * D + 4 * static_cast<size_t>(cc));
@@ -142,8 +145,9 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
 #pragma unroll
         for (int i = 0; i < kSets; ++i) {
           const int j = stream_of(i);
-          x[i][0][h] = hc_post_value<HC>(old, o, pm, cm, j, a.round_x);
-          *reinterpret_cast<float4*>(a.X_out + at + static_cast<size_t>(j) * D) = x[i][0][h];
+          const float4 v = hc_post_value<HC>(old, o, pm, cm, j, a.round_x);
+          *reinterpret_cast<float4*>(a.X_out + at + static_cast<size_t>(j) * D) = v;
+          x[i][0][h] = v;
         }
       } else {
 #pragma unroll
@@ -162,8 +166,7 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     if (i > 0) __syncthreads();  // the previous set's sums are read
     hc_store_warp_partials<1, kNT, kMix>(acc[i], ssq[i], red);
     __syncthreads();
-    hc_store_cta_partials<1, kMix>(red, tok0, a.M, a.splits, stream_of(i) * per_stream_ctas + L.q / kHcWarps,
-                                   a.part);
+    hc_store_cta_partials<1, kMix>(red, tok0, a.M, a.splits, stream_of(i) * per_stream_ctas + L.q / kHcWarps, a.part);
   }
 }
 
@@ -199,10 +202,14 @@ void launch_hc_post_dots(int hc, const HcPostDotsArgs& a, cudaStream_t stream) {
   DI_CHECK(hc_post_dots_fits(hc, a.D, true) && a.splits == hc_splits(hc, a.D), "hc_post_dots: hc %d, D %d", hc, a.D);
   DI_CHECK(a.o != nullptr || (a.K > 0 && a.K <= kMaxTopK), "hc_post_dots: K = %d", a.K);
   switch (hc) {
-    case 1: return launch<1>(a, stream);
-    case 2: return launch<2>(a, stream);
-    case 3: return launch<3>(a, stream);
-    default: return launch<4>(a, stream);
+    case 1:
+      return launch<1>(a, stream);
+    case 2:
+      return launch<2>(a, stream);
+    case 3:
+      return launch<3>(a, stream);
+    default:
+      return launch<4>(a, stream);
   }
 }
 

@@ -1344,6 +1344,8 @@ bool hc_post_pre(float* X, float* X_out, const HcBlockOutput& out, int M, int hc
   DI_CHECK(workspace != nullptr, "hc_post_pre needs hc_workspace_bytes of workspace");
   const bool moe = out.o == nullptr;
   DI_CHECK(X_out != nullptr, "hc_post_pre: X_out is null (X itself for in place)");
+  const size_t n = static_cast<size_t>(M) * hc * D;
+  DI_CHECK(X_out == X || X_out + n <= X || X + n <= X_out, "hc_post_pre: X_out overlaps X without being X");
   const bool all_aligned = aligned(X, 16) && aligned(X_out, 16) && aligned(fn, 16) && aligned(collapsed, 16) &&
                            (moe ? aligned(out.y, 16) && (out.shared == nullptr || aligned(out.shared, 16))
                                 : aligned(out.o, 16));
@@ -1353,11 +1355,9 @@ bool hc_post_pre(float* X, float* X_out, const HcBlockOutput& out, int M, int hc
                   stream);
     } else {
       hc_post(X, out.o, M, hc, D, post, comb, stream);
-      if (round_x) round_bf16(X, static_cast<size_t>(M) * hc * D, stream);
+      if (round_x) round_bf16(X, n, stream);
     }
-    if (X_out != X)
-      CUDA_CHECK(cudaMemcpyAsync(X_out, X, static_cast<size_t>(M) * hc * D * sizeof(float), cudaMemcpyDeviceToDevice,
-                                 stream));
+    if (X_out != X) CUDA_CHECK(cudaMemcpyAsync(X_out, X, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
     hc_pre(X_out, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, collapsed, next_post, next_comb, workspace,
            stream, norm);
     return false;
