@@ -117,35 +117,50 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][0][nt][e] = 0.0f;
   }
-  for (int step = 0; step < L.steps; ++step) {
-    if (step > 0) load_fn(step);
+  // A step's inputs for the lane's rows g (h = 0) and g + 8 (h = 1): the hc old chunks and the
+  // block output's chunk (the MoE combine, rounded when round_o); in[h] false for an absent row or
+  // past the range (hc_dots loads zeros there).
+  struct StepInputs {
+    float4 old[2][HC];
+    float4 o[2];
+    bool in[2];
+  };
+  const auto gather = [&](int step, StepInputs& s) {
     const int k = chunk_of(step), cc = L.q * L.cps + k;
-    // The new streams at this chunk of the lane's rows g (h = 0) and g + 8 (h = 1); zeros for
-    // absent rows and past the range, as hc_dots loads them.
-    float4 x[kSets][1][2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = 8 * h + g, m = tok0 + r;
-      if (k < L.cps && m < a.M) {
-        const size_t at = static_cast<size_t>(m) * W + 4 * static_cast<size_t>(cc);
-        float4 old[HC];
+      s.in[h] = k < L.cps && m < a.M;
+      if (!s.in[h]) continue;
+      const size_t at = static_cast<size_t>(m) * W + 4 * static_cast<size_t>(cc);
 #pragma unroll
-        for (int j = 0; j < HC; ++j) old[j] = *reinterpret_cast<const float4*>(a.X + at + static_cast<size_t>(j) * D);
-        float4 o;
-        if constexpr (kMoe) {
-          o = moe_combine_chunk(a.y, order_row[r], order_w[r], a.w != nullptr,
-                                a.shared != nullptr ? a.shared + static_cast<size_t>(m) * D : nullptr, a.K, D, true,
-                                cc);
-          if (a.round_o) o = round_bf16x4(o);
-        } else {
-          o = *reinterpret_cast<const float4*>(a.o + static_cast<size_t>(m) * D + 4 * static_cast<size_t>(cc));
-        }
+      for (int j = 0; j < HC; ++j)
+        s.old[h][j] = *reinterpret_cast<const float4*>(a.X + at + static_cast<size_t>(j) * D);
+      if constexpr (kMoe) {
+        s.o[h] =
+            moe_combine_chunk(a.y, order_row[r], order_w[r], a.w != nullptr,
+                              a.shared != nullptr ? a.shared + static_cast<size_t>(m) * D : nullptr, a.K, D, true, cc);
+        if (a.round_o) s.o[h] = round_bf16x4(s.o[h]);
+      } else {
+        s.o[h] = *reinterpret_cast<const float4*>(a.o + static_cast<size_t>(m) * D + 4 * static_cast<size_t>(cc));
+      }
+    }
+  };
+  // The step's new stream chunks (stored to X_out) into the dots of its range set(s).
+  const auto post_and_dots = [&](int step, const StepInputs& s) {
+    const int k = chunk_of(step), cc = L.q * L.cps + k;
+    float4 x[kSets][1][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = tok0 + 8 * h + g;
+      if (s.in[h]) {
+        const size_t at = static_cast<size_t>(m) * W + 4 * static_cast<size_t>(cc);
         const float* pm = a.post + static_cast<size_t>(m) * HC;
         const float* cm = a.comb + static_cast<size_t>(m) * HC * HC;
 #pragma unroll
         for (int i = 0; i < kSets; ++i) {
           const int j = stream_of(i);
-          const float4 v = hc_post_value<HC>(old, o, pm, cm, j, a.round_x);
+          const float4 v = hc_post_value<HC>(s.old[h], s.o[h], pm, cm, j, a.round_x);
           *reinterpret_cast<float4*>(a.X_out + at + static_cast<size_t>(j) * D) = v;
           x[i][0][h] = v;
         }
@@ -156,6 +171,25 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     }
 #pragma unroll
     for (int i = 0; i < kSets; ++i) hc_dots_chunk<1, kNT>(x[i], f[i], acc[i], ssq[i]);
+  };
+  if constexpr (kOwnStream) {
+    // Small steps (decode): a warp's few steps are a chain of L2 round trips, so the next step's
+    // inputs load while this step computes (registers allow it here: one range set a warp).
+    StepInputs cur, next;
+    gather(0, cur);
+    for (int step = 0; step < L.steps; ++step) {
+      if (step > 0) load_fn(step);
+      if (step + 1 < L.steps) gather(step + 1, next);
+      post_and_dots(step, cur);
+      cur = next;
+    }
+  } else {
+    for (int step = 0; step < L.steps; ++step) {
+      if (step > 0) load_fn(step);
+      StepInputs cur;
+      gather(step, cur);
+      post_and_dots(step, cur);
+    }
   }
 
   // Set i's partials are those of hc_dots' CTA stream_of(i) * (S / hc) + (its range block), one set
