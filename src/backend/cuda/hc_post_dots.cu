@@ -73,14 +73,15 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     fn_row[nt] = 8 * nt + g < kMix ? a.fn + static_cast<size_t>(8 * nt + g) * W : nullptr;
   // A step's chunk of this lane in its range (k); the range has it while k < cps.
   const auto chunk_of = [&](int step) { return 4 * step + t; };
-  float4 f[kSets][kNT];
-  const auto load_fn = [&](int step) {
+  using FnChunks = float4[kSets][kNT];
+  FnChunks f;
+  const auto load_fn = [&](int step, FnChunks& dst) {
     const int k = chunk_of(step), cc = L.q * L.cps + k;
 #pragma unroll
     for (int i = 0; i < kSets; ++i)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
-        f[i][nt] =
+        dst[i][nt] =
             k < L.cps && fn_row[nt] != nullptr
                 ? *reinterpret_cast<const float4*>(fn_row[nt] + 4 * (static_cast<size_t>(stream_of(i)) * L.dq + cc))
                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
   // fn is a weight (no kernel writes it): the first step's chunks load, and the later steps' are
   // fetched into L2, before the wait for the kernels this one depends on (a decode step's graph
   // launches it while the block's last GEMM drains).
-  load_fn(0);
+  load_fn(0, f);
   for (int step = 1; step < L.steps; ++step) {
     const int k = chunk_of(step), cc = L.q * L.cps + k;
     if (k >= L.cps) continue;
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     }
   };
   // The step's new stream chunks (stored to X_out) into the dots of its range set(s).
-  const auto post_and_dots = [&](int step, const StepInputs& s) {
+  const auto post_and_dots = [&](int step, const StepInputs& s, const FnChunks& fs) {
     const int k = chunk_of(step), cc = L.q * L.cps + k;
     float4 x[kSets][1][2];
 #pragma unroll
@@ -170,25 +171,35 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
       }
     }
 #pragma unroll
-    for (int i = 0; i < kSets; ++i) hc_dots_chunk<1, kNT>(x[i], f[i], acc[i], ssq[i]);
+    for (int i = 0; i < kSets; ++i) hc_dots_chunk<1, kNT>(x[i], fs[i], acc[i], ssq[i]);
   };
   if constexpr (kOwnStream) {
     // Small steps (decode): a warp's few steps are a chain of L2 round trips, so the next step's
-    // inputs load while this step computes (registers allow it here: one range set a warp).
-    StepInputs cur, next;
+    // inputs and fn chunks load while this step computes (registers allow it here: one range set a
+    // warp).
+    StepInputs cur{}, next{};
+    FnChunks f_next;
     gather(0, cur);
     for (int step = 0; step < L.steps; ++step) {
-      if (step > 0) load_fn(step);
-      if (step + 1 < L.steps) gather(step + 1, next);
-      post_and_dots(step, cur);
+      const bool more = step + 1 < L.steps;
+      if (more) {
+        gather(step + 1, next);
+        load_fn(step + 1, f_next);
+      }
+      post_and_dots(step, cur, f);
+      if (!more) break;
       cur = next;
+#pragma unroll
+      for (int i = 0; i < kSets; ++i)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) f[i][nt] = f_next[i][nt];
     }
   } else {
     for (int step = 0; step < L.steps; ++step) {
-      if (step > 0) load_fn(step);
+      if (step > 0) load_fn(step, f);
       StepInputs cur;
       gather(step, cur);
-      post_and_dots(step, cur);
+      post_and_dots(step, cur, f);
     }
   }
 
