@@ -688,6 +688,8 @@ TEST(CudaOps, HcHeadMatchesCpuBackend) {
 // The norm after the collapse (HcNorm), fused into hc_pre / hc_head at D > 2048 and as separate
 // passes below: the same bits as the collapse, (release) round_bf16 and rms_norm run in turn, for
 // the collapsed rows and the normed bf16 rows, alone or in a batch, on aligned and unaligned buffers.
+// With discard_collapsed the normed rows are the same, and where the norm is fused at more than 256
+// rows (hc_finish's loop form) the collapsed rows are not written.
 TEST(CudaOps, HcNormIsTheCollapseThenRoundThenRmsNorm) {
   SKIP_WITHOUT_CUDA_DEVICE();
   struct Case {
@@ -707,7 +709,7 @@ TEST(CudaOps, HcNormIsTheCollapseThenRoundThenRmsNorm) {
     std::vector<int> rows(static_cast<size_t>(c.M));
     for (int r = 0; r < c.M; ++r) rows[static_cast<size_t>(r)] = (c.M - 1 - r + 2) % c.M;  // a permutation
     // Runs the collapse for tokens [first, first + M) with the norm fused (norm) or as the passes.
-    auto run = [&](int first, int M, bool fused) {
+    auto run = [&](int first, int M, bool fused, bool discard = false) {
       const size_t W = static_cast<size_t>(c.hc) * c.D;
       std::vector<float> X(d.X.begin() + static_cast<long>(first * W), d.X.begin() + static_cast<long>((first + M) * W));
       std::vector<int> r(rows.begin() + first, rows.begin() + first + M);
@@ -719,7 +721,7 @@ TEST(CudaOps, HcNormIsTheCollapseThenRoundThenRmsNorm) {
       DeviceBuffer<uint16_t> d_normed(static_cast<size_t>(M) * c.D, c.offset);
       DeviceBuffer<int> d_rows(r);
       DeviceBuffer<float> d_ws(hc_workspace_bytes(M, c.hc, c.D, c.head) / sizeof(float));
-      const HcNorm norm{d_w.get(), 1e-6f, c.round, as_bf16(d_normed)};
+      const HcNorm norm{d_w.get(), 1e-6f, c.round, as_bf16(d_normed), discard};
       const HcNorm* arg = fused ? &norm : nullptr;
       if (c.head)
         hc_head(d_X.get(), d_rows.get(), M, c.hc, c.D, d_fn.get(), d_base.get(), d_scale.get(), 1e-6f, 1e-6f,
@@ -736,6 +738,15 @@ TEST(CudaOps, HcNormIsTheCollapseThenRoundThenRmsNorm) {
     };
     const auto passes = run(0, c.M, false);
     const auto fused = run(0, c.M, true);
+    const auto discarded = run(0, c.M, true, true);
+    EXPECT_TRUE(discarded.second == passes.second) << what << ": normed, collapsed rows discarded";
+    if (c.D > 2048 && c.M > 256) {  // fused, loop form: the collapsed buffer keeps its 0xff fill
+      EXPECT_TRUE(std::all_of(discarded.first.begin(), discarded.first.end(),
+                              [](float v) { return std::bit_cast<uint32_t>(v) == 0xffffffffu; }))
+          << what << ": collapsed rows written although discarded";
+    } else {
+      EXPECT_TRUE(same_bits(discarded.first, passes.first)) << what << ": collapsed";
+    }
     EXPECT_TRUE(same_bits(fused.first, passes.first)) << what << ": collapsed";
     EXPECT_TRUE(std::equal(fused.second.begin(), fused.second.end(), passes.second.begin())) << what << ": normed";
     if (!c.head && c.M > 1) {  // a token alone: the same bits as in the batch

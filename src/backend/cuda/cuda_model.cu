@@ -545,7 +545,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     // Attention block: mHC pre, norm, attention (DeepSeekV4::attention), mHC post.
     // (+ (release) bf16 rounding of the collapsed rows and attn_norm into `normed`, fused where it can be)
     if (!attn_pre_done) {
-      const HcNorm attn_norm{L.attn_norm, eps, rel, normed};
+      const HcNorm attn_norm{L.attn_norm, eps, rel, normed, true};
       hc_pre(Xs, T, hc, D, L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, c.hc_sinkhorn_iters, hc_eps, eps, collapsed,
              post, comb, hc_ws, s, &attn_norm);
     }
@@ -739,7 +739,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
     rb(sub_out, static_cast<size_t>(T) * D);
     tap_f32(l, "attn_out", sub_out, static_cast<size_t>(T) * D);
     // mHC post, then the MoE block's pre (DeepSeekV4::moe).
-    const HcNorm ffn_norm{L.ffn_norm, eps, rel, normed};
+    const HcNorm ffn_norm{L.ffn_norm, eps, rel, normed, true};
     if (!one_pass) {
       hc_post(Xs, sub_out, T, hc, D, post, comb, s);
       rb(Xs, static_cast<size_t>(T) * hc * D);
@@ -839,7 +839,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       rb(Xs, static_cast<size_t>(T) * hc * D);
     } else if (one_pass && l + 1 < c.num_layers) {  // with the next layer's attention pre
       const DevLayer& N = layers[l + 1];
-      const HcNorm next_norm{N.attn_norm, eps, rel, normed};
+      const HcNorm next_norm{N.attn_norm, eps, rel, normed, true};
       const HcBlockOutput moe_out{nullptr, y, row_of, route_sel, combine_w, ys, K, rel};
       float* const to = next_streams();
       if (hc_post_pre(Xs, to, moe_out, T, hc, D, post, comb, rel, N.hc_attn.fn, N.hc_attn.base, N.hc_attn.scale,
@@ -854,7 +854,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   }
   // Head: only the rows that produce logits.
   if (NR > 0) {
-    const HcNorm head_norm{final_norm, eps, rel, head_in_bf};
+    const HcNorm head_norm{final_norm, eps, rel, head_in_bf, true};
     hc_head(Xs, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in,
             hc_ws, s, &head_norm);
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);

@@ -332,6 +332,11 @@ struct HcArgs {
   float out_norm_eps = 0.0f;
   bf16* normed = nullptr;
   bool norm_vec = false;
+  // The fused norm's caller reads only `normed`: the loop form (large M) then keeps the collapsed
+  // row in shared memory for the norm instead of writing out. (The register form, M <= 256, writes
+  // out regardless: 16 KB a token, and a branch there would cost the registers that keep it at two
+  // CTAs an SM.)
+  bool out_unused = false;
 };
 
 // Token's comb matrix (hc x hc, from the mixes) through softmax, +eps and Sinkhorn, by one warp;
@@ -627,7 +632,7 @@ __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(H
       const int c = tid + kHcThreads * k;
       if (c >= d_chunks) continue;
       const float4 o = collapse_chunk<HC>(pre, xs[k], a.round_collapsed);
-      store4(out, c, a.D, a.vec, o);
+      store4(out, c, a.D, a.vec, o);  // (even when out_unused: a branch here costs registers)
       os[k] = o;
       ss = dot4(o, o, ss);
     }
@@ -648,16 +653,20 @@ __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(H
       if (c < d_chunks) store4_bf16(normed, c, a.D, a.norm_vec, rms_scaled_values(os[k], r, a.norm_weight != nullptr, ws[k]));
     }
   } else {
+    // The collapsed row: out, or (out_unused) the D floats of dynamic shared memory the launch gives.
+    // Each thread reads back only the chunks it wrote, so no barrier is needed either way.
+    extern __shared__ float4 row_s[];
+    float* const row = a.out_unused ? reinterpret_cast<float*>(row_s) : out;
     for (int c = tid; c < d_chunks; c += kHcThreads) {
       float4 xc[HC];
 #pragma unroll
       for (int i = 0; i < HC; ++i) xc[i] = load4(x + static_cast<size_t>(i) * a.D, c, a.D, a.vec);
-      store4(out, c, a.D, a.vec, collapse_chunk<HC>(pre, xc, a.round_collapsed));
+      store4(row, c, a.D, a.vec, collapse_chunk<HC>(pre, xc, a.round_collapsed));
     }
     if (a.normed == nullptr) return;
     const float ss =
-        block_sum<kRmsThreads, kCollapseBarrier>(rms_partial_sum(out, a.D, a.norm_vec, tid, kRmsThreads), scratch);
-    rms_scale_store(out, static_cast<size_t>(m) * a.D, a.D, rms_scale(ss, a.D, a.out_norm_eps), a.norm_weight, nullptr,
+        block_sum<kRmsThreads, kCollapseBarrier>(rms_partial_sum(row, a.D, a.norm_vec, tid, kRmsThreads), scratch);
+    rms_scale_store(row, static_cast<size_t>(m) * a.D, a.D, rms_scale(ss, a.D, a.out_norm_eps), a.norm_weight, nullptr,
                     a.normed, a.norm_vec, tid, kRmsThreads);
   }
 }
@@ -1061,7 +1070,7 @@ void launch_hc_dots(const HcArgs& a, cudaStream_t stream) {
 
 // hc_finish over the partials of hc_dots (or hc_post_dots) for kMix mixes.
 template <int HC, int kMix, bool kHead>
-void launch_hc_finish(const HcArgs& a, cudaStream_t stream) {
+void launch_hc_finish(HcArgs a, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(a.M);
   if constexpr (HC <= 4) {
     if (a.M <= kFinishRegisterRows && ceil_div(a.D, 4) <= kFinishChunks * kHcThreads) {
@@ -1069,7 +1078,12 @@ void launch_hc_finish(const HcArgs& a, cudaStream_t stream) {
       return;
     }
   }
-  hc_finish_kernel<HC, kMix, kHead, false><<<grid, hc_finish_threads<kHead>(), 0, stream>>>(a);
+  // The loop form keeps an unused collapsed row in shared memory: D floats, with the kernel's static
+  // arrays within the default 48 KB (else it is written to `out` after all).
+  const size_t row_bytes = 16 * static_cast<size_t>(ceil_div(a.D, 4));
+  if (row_bytes > 46 * 1024) a.out_unused = false;
+  hc_finish_kernel<HC, kMix, kHead, false>
+      <<<grid, hc_finish_threads<kHead>(), a.out_unused ? row_bytes : 0, stream>>>(a);
 }
 
 // Runs hc_dots then hc_finish for kMix mixes (hc_pre: (2 + hc) hc; hc_head: hc).
@@ -1217,6 +1231,7 @@ bool fuse_hc_norm(HcArgs& a, const HcNorm* norm) {
   a.normed = norm->normed;
   a.norm_vec = a.D % 4 == 0 && aligned(a.out, 16) && (norm->weight == nullptr || aligned(norm->weight, 16)) &&
                aligned(norm->normed, 8);
+  a.out_unused = norm->discard_collapsed;
   return true;
 }
 // The norm as separate passes (when hc_finish did not fuse it).

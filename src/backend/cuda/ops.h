@@ -46,11 +46,15 @@ size_t hc_workspace_bytes(int M, int hc, int D, bool head);
 // the collapsed rows are rounded to bf16 in place when round_collapsed (release numerics), then
 // normed = rms_norm(collapsed, M, D, weight, eps, nullptr, normed) bit for bit. In the collapse kernel
 // itself when D > 2048 (rms_norm's block form), as the separate passes otherwise.
+// discard_collapsed: the caller reads only `normed`; then the collapsed rows may be left unwritten
+// (the collapse kernel keeps them on chip where the norm runs there for more than 256 rows; M*D*4
+// bytes less to write). The collapsed buffer must still be given (the separate passes use it).
 struct HcNorm {
   const float* weight = nullptr;  // [D] or null
   float eps = 0.0f;
   bool round_collapsed = false;
   bf16* normed = nullptr;  // [M, D]
+  bool discard_collapsed = false;
 };
 void hc_pre(const float* X, int M, int hc, int D, const float* fn, const float* base, const float* scale, int iters,
             float hc_eps, float norm_eps, float* collapsed, float* post, float* comb, void* workspace,
