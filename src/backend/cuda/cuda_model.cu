@@ -752,7 +752,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       float* const to = next_streams();
       if (hc_post_pre(Xs, to, attn_out, T, hc, D, post, comb, rel, L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale,
                       c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &ffn_norm))
-        ++(to != Xs ? out_of_place_count : one_pass_count);
+        ++(to != Xs ? out_of_place_count : in_place_count);
       Xs = to;
     }
     tap_bf(l, "ffn_in", normed, static_cast<size_t>(T) * D);
@@ -844,7 +844,7 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
       float* const to = next_streams();
       if (hc_post_pre(Xs, to, moe_out, T, hc, D, post, comb, rel, N.hc_attn.fn, N.hc_attn.base, N.hc_attn.scale,
                       c.hc_sinkhorn_iters, hc_eps, eps, collapsed, post, comb, hc_ws, s, &next_norm))
-        ++(to != Xs ? out_of_place_count : one_pass_count);
+        ++(to != Xs ? out_of_place_count : in_place_count);
       Xs = to;
       attn_pre_done = true;
     } else {
@@ -855,8 +855,8 @@ Status CudaModel::Impl::launch(std::span<const SeqChunk> batch, std::span<const 
   // Head: only the rows that produce logits.
   if (NR > 0) {
     const HcNorm head_norm{final_norm, eps, rel, head_in_bf, true};
-    hc_head(Xs, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps, head_in,
-            hc_ws, s, &head_norm);
+    hc_head(Xs, meta_ptr<int32_t>(off_lrows), NR, hc, D, head_mix.fn, head_mix.base, head_mix.scale, hc_eps, eps,
+            head_in, hc_ws, s, &head_norm);
     gemm(head_in_bf, NR, D, head.w, c.vocab_size, logits, s);
     if (want_greedy) greedy_rows(logits, NR, c.vocab_size, greedy_tok, greedy_lp, greedy_ws, s);
   }
@@ -1077,7 +1077,7 @@ const model::StateCacheShape& CudaModel::cache_shape() const { return impl_->sha
 size_t CudaModel::weight_bytes() const { return impl_->weights_arena.bytes(); }
 uint64_t CudaModel::graph_replays() const { return impl_->replays; }
 uint64_t CudaModel::branched_steps() const { return impl_->branched; }
-uint64_t CudaModel::one_pass_boundaries() const { return impl_->one_pass_count + impl_->out_of_place_count; }
+uint64_t CudaModel::one_pass_boundaries() const { return impl_->in_place_count + impl_->out_of_place_count; }
 uint64_t CudaModel::one_pass_out_of_place_boundaries() const { return impl_->out_of_place_count; }
 void CudaModel::set_tap(Tap tap) { impl_->tap = std::move(tap); }
 

@@ -255,7 +255,7 @@ struct CudaModel::Impl {
   bool graphs_broken = false;  // a capture failed once: run eagerly from then on
   uint64_t replays = 0;
   uint64_t branched = 0;  // steps that forked (branched_steps)
-  uint64_t one_pass_count = 0, out_of_place_count = 0;  // one_pass_boundaries, ..._out_of_place_...
+  uint64_t in_place_count = 0, out_of_place_count = 0;  // one-pass boundaries (one_pass_boundaries)
   CudaModel::Tap tap;  // diagnostics (CudaModel::set_tap)
 
   ~Impl() {

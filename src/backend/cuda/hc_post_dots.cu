@@ -71,34 +71,35 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
     fn_row[nt] = 8 * nt + g < kMix ? a.fn + static_cast<size_t>(8 * nt + g) * W : nullptr;
-  // A step's chunk of this lane in its range (k); the range has it while k < cps.
+  // A step's chunk of this lane in its range (k; the range has it while k < cps), in its stream (cc),
+  // and in fn row 8 nt + g for range set i.
   const auto chunk_of = [&](int step) { return 4 * step + t; };
+  const auto stream_chunk = [&](int step) { return L.q * L.cps + chunk_of(step); };
+  const auto fn_chunk = [&](int nt, int i, int step) {
+    return fn_row[nt] + 4 * (static_cast<size_t>(stream_of(i)) * L.dq + stream_chunk(step));
+  };
   using FnChunks = float4[kSets][kNT];
   FnChunks f;
   const auto load_fn = [&](int step, FnChunks& dst) {
-    const int k = chunk_of(step), cc = L.q * L.cps + k;
+    const bool in = chunk_of(step) < L.cps;
 #pragma unroll
     for (int i = 0; i < kSets; ++i)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
-        dst[i][nt] =
-            k < L.cps && fn_row[nt] != nullptr
-                ? *reinterpret_cast<const float4*>(fn_row[nt] + 4 * (static_cast<size_t>(stream_of(i)) * L.dq + cc))
-                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        dst[i][nt] = in && fn_row[nt] != nullptr ? *reinterpret_cast<const float4*>(fn_chunk(nt, i, step))
+                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   };
   // fn is a weight (no kernel writes it): the first step's chunks load, and the later steps' are
   // fetched into L2, before the wait for the kernels this one depends on (a decode step's graph
   // launches it while the block's last GEMM drains).
   load_fn(0, f);
   for (int step = 1; step < L.steps; ++step) {
-    const int k = chunk_of(step), cc = L.q * L.cps + k;
-    if (k >= L.cps) continue;
+    if (chunk_of(step) >= L.cps) continue;
 #pragma unroll
     for (int i = 0; i < kSets; ++i)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
-        if (fn_row[nt] != nullptr)
-          asm volatile("prefetch.L2 [%0];\n" ::"l"(fn_row[nt] + 4 * (static_cast<size_t>(stream_of(i)) * L.dq + cc)));
+        if (fn_row[nt] != nullptr) asm volatile("prefetch.L2 [%0];\n" ::"l"(fn_chunk(nt, i, step)));
   }
   pdl_prologue();
 
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
     bool in[2];
   };
   const auto gather = [&](int step, StepInputs& s) {
-    const int k = chunk_of(step), cc = L.q * L.cps + k;
+    const int k = chunk_of(step), cc = stream_chunk(step);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = 8 * h + g, m = tok0 + r;
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(kHcThreads, 1) hc_post_dots_kernel(HcPostDotsA
   };
   // The step's new stream chunks (stored to X_out) into the dots of its range set(s).
   const auto post_and_dots = [&](int step, const StepInputs& s, const FnChunks& fs) {
-    const int k = chunk_of(step), cc = L.q * L.cps + k;
+    const int cc = stream_chunk(step);
     float4 x[kSets][1][2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -568,7 +568,7 @@ __global__ void __launch_bounds__(hc_finish_threads<kHead>()) hc_finish_kernel(H
   // partials arrive: fetched into L2 while the dots run.
   prefetch_l2(a.base, kMix * sizeof(float));
   prefetch_l2(a.scale, (kHead ? 1 : 3) * sizeof(float));
-  if (a.normed != nullptr) prefetch_l2(a.norm_weight, static_cast<size_t>(a.D) * sizeof(float));
+  prefetch_l2(a.norm_weight, static_cast<size_t>(a.D) * sizeof(float));  // null unless the norm is fused
   pdl_prologue();
   constexpr int kVals = kMix + 1;
   __shared__ float total[kVals];
@@ -689,7 +689,8 @@ __device__ __forceinline__ void hc_post_chunk(float* X, int m, int D, int c, flo
 #pragma unroll
   for (int j = 0; j < HC; ++j) old[j] = load4(Xm + static_cast<size_t>(j) * D, c, D, vec);
 #pragma unroll
-  for (int k = 0; k < HC; ++k) store4(Xm + static_cast<size_t>(k) * D, c, D, vec, hc_post_value<HC>(old, ov, pm, Cm, k, round_x));
+  for (int k = 0; k < HC; ++k)
+    store4(Xm + static_cast<size_t>(k) * D, c, D, vec, hc_post_value<HC>(old, ov, pm, Cm, k, round_x));
 }
 
 template <int HC>
@@ -990,8 +991,8 @@ __device__ __forceinline__ bool moe_combined_chunk(const float* __restrict__ y, 
   __syncthreads();
   c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (c >= ceil_div(D, 4)) return false;
-  out = moe_combine_chunk(y, order_row, order_w, w != nullptr, shared != nullptr ? shared + static_cast<size_t>(t) * D : nullptr,
-                          K, D, vec, c);
+  const float* shared_row = shared != nullptr ? shared + static_cast<size_t>(t) * D : nullptr;
+  out = moe_combine_chunk(y, order_row, order_w, w != nullptr, shared_row, K, D, vec, c);
   return true;
 }
 
